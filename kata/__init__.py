@@ -1,0 +1,21 @@
+"""Shared infrastructure for the hidden-states kata: learners use it, they never edit it.
+
+    from kata import load_model, blocks, final_norm, PENGUIN_TEXT
+    model, tokenizer = load_model("tiny-gpt2")
+"""
+
+from .architectures import blocks, context_length, final_norm
+from .models import ModelNotAvailable, default_device, load_model
+from .texts import KAFKA_TEXT, PENGUIN_TEXT, TARGET_WORD
+
+__all__ = [
+    "KAFKA_TEXT",
+    "PENGUIN_TEXT",
+    "TARGET_WORD",
+    "ModelNotAvailable",
+    "blocks",
+    "context_length",
+    "default_device",
+    "final_norm",
+    "load_model",
+]

@@ -1,0 +1,135 @@
+"""The kata's pytest plugin (loaded by the top-level ``conftest.py``).
+
+* ``--impl exercises|solutions`` (or ``KATA_IMPL``) picks the code under test; learners get
+  ``exercises/`` by default, maintainers run ``pytest --impl solutions``.
+* ``ex``: the implementation module of the exercise whose test file is running (the manifest says
+  which file belongs to which exercise).
+* ``tiny_gpt2``, ``smollm2``, ``gpt2``: ``(model, tokenizer)`` loaded once per session. GPT-2
+  tests skip, with the reason, where GPT-2 is not in the local cache; a missing SmolLM2 is an
+  error that gives the install command.
+* After every test, any forward hook a test left on a session model is removed and reported, so
+  one leaked hook cannot change the results of the tests after it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from .hooks import hook_snapshot, restore_hooks
+from .impl import import_implementation, patched_solution
+from .manifest import IMPLEMENTATIONS, exercise_for_test_file
+from .models import GPT2_DOWNLOAD_COMMAND, gpt2_is_cached, load_model
+
+# name -> (model, tokenizer, hook snapshot taken right after loading)
+_SESSION_MODELS: dict[str, tuple] = {}
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("kata")
+    group.addoption(
+        "--impl",
+        choices=IMPLEMENTATIONS,
+        default=os.environ.get("KATA_IMPL", "exercises"),
+        help="code under test: exercises (the learner's, default) or solutions (the reference); "
+        "default from KATA_IMPL",
+    )
+    group.addoption(
+        "--kata-patch",
+        metavar="EXERCISE=FILE",
+        default=None,
+        help="maintainers: run EXERCISE's tests on the solution with FILE's definitions patched "
+        "in (how tests/maintainer/test_mistakes.py plants a learner mistake)",
+    )
+
+
+def pytest_report_header(config):
+    import transformers
+
+    impl = config.getoption("--impl")
+    return [
+        f"kata: testing {impl}/ (torch {torch.__version__}, transformers {transformers.__version__})"
+    ]
+
+
+def pytest_ignore_collect(collection_path: Path, config):
+    """Maintainer tests check the kata itself; they only run with ``--impl solutions``."""
+    if config.getoption("--impl") != "solutions" and "maintainer" in collection_path.parts:
+        return True
+    return None
+
+
+@pytest.fixture(scope="session")
+def impl(request) -> str:
+    """``"exercises"`` or ``"solutions"``: which implementation the tests check."""
+    return request.config.getoption("--impl")
+
+
+@pytest.fixture
+def ex(request, impl):
+    """The module under test for this test file's exercise, e.g. ``exercises.ex1_hidden_states``."""
+    exercise = exercise_for_test_file(request.path, request.config.rootpath)
+    if exercise is None:
+        raise LookupError(f"{request.path.name} is not listed as any exercise's tests in the manifest")
+    patch = request.config.getoption("--kata-patch")
+    if patch and patch.split("=", 1)[0] == exercise.id:
+        return patched_solution(exercise, Path(patch.split("=", 1)[1]))
+    return import_implementation(exercise, impl)
+
+
+# --------------------------------------------------------------------------- session models
+
+
+def _session_model(name: str):
+    if name not in _SESSION_MODELS:
+        model, tokenizer = load_model(name)
+        # One forward pass with hidden states before any test runs: transformers 5 installs its
+        # own hidden-state hooks on first use, and they belong to the model's clean state.
+        ids = tokenizer("Hello there", return_tensors="pt")["input_ids"].to(model.device)
+        with torch.no_grad():
+            model(ids, output_hidden_states=True)
+        _SESSION_MODELS[name] = (model, tokenizer, hook_snapshot(model))
+    model, tokenizer, _ = _SESSION_MODELS[name]
+    return model, tokenizer
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2():
+    """A 4-block random GPT-2 with the real GPT-2 tokenizer: ``(model, tokenizer)``."""
+    return _session_model("tiny-gpt2")
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """SmolLM2-135M, a real trained model (30 blocks, d_model 576): ``(model, tokenizer)``."""
+    return _session_model("smollm2")
+
+
+@pytest.fixture(scope="session")
+def gpt2():
+    """The post's GPT-2, only where it is in the local Hugging Face cache."""
+    if not gpt2_is_cached():
+        pytest.skip(
+            "needs GPT-2, which is not in the local Hugging Face cache (this machine cannot reach "
+            f"the Hub); to run it, download GPT-2 once with network access: {GPT2_DOWNLOAD_COMMAND}"
+        )
+    return _session_model("gpt2")
+
+
+@pytest.fixture(autouse=True)
+def _no_hook_survives_a_test():
+    """Remove, and report, any forward hook a test left on a session model."""
+    yield
+    leaks = []
+    for name, (model, _, clean) in _SESSION_MODELS.items():
+        leaks += [f"{name}: {where}" for where in restore_hooks(model, clean)]
+    if leaks:
+        pytest.fail(
+            "a forward hook was still registered on the model after this test "
+            f"({', '.join(sorted(set(leaks)))}): every hook you register must be removed, "
+            "with handle.remove() in a finally block. kata removed it for the next tests.",
+            pytrace=False,
+        )

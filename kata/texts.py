@@ -1,0 +1,15 @@
+"""The texts the post uses, so that every exercise, test and figure uses exactly the same ones."""
+
+#: Demo 1 and 2: ten GPT-2 tokens.
+PENGUIN_TEXT = "A wise man once said: Penguins are cute."
+
+#: Demo 3: the opening of Kafka's *The Metamorphosis*, cut before the word the model must predict.
+#: 109 characters (25 unique); 22 GPT-2 tokens (22 unique).
+KAFKA_TEXT = (
+    "As Gregor Samsa awoke one morning from uneasy dreams, "
+    "he found himself transformed in his bed into a gigantic"
+)
+
+#: Demo 3's target: the next token whose log-probability the scaling experiment measures.
+#: One GPT-2 token (id 12833). Note the leading space: GPT-2 tokens carry the space before a word.
+TARGET_WORD = " insect"

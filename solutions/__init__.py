@@ -1,0 +1,1 @@
+"""Reference solutions. Try the exercises first!"""
