@@ -253,6 +253,10 @@ def _load_smollm2():
     with _quiet_progress_bars():  # a cached load is instant: no progress bar to show
         model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(target)
+    # transformers 4.x reads SmolLM2's GGUF tokenizer as adding <|im_start|> before every text;
+    # 5.x does not. Switch it off so both lines give the same tokens (the Kafka sentence: 23).
+    if getattr(tokenizer, "add_bos_token", False):
+        tokenizer.add_bos_token = False
     return model, tokenizer
 
 

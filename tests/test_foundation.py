@@ -94,6 +94,7 @@ def test_smollm2_loads_with_the_network_unreachable(smollm2, no_network):
     assert len(kata.blocks(model)) == 30 and model.config.hidden_size == 576
     assert not model.training and next(model.parameters()).dtype == torch.float32
     assert len(tokenizer) == 49152
+    assert len(tokenizer(kata.KAFKA_TEXT)["input_ids"]) == 23, "no start token on any line"
 
 
 @pytest.mark.trained

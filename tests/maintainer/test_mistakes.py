@@ -1,0 +1,87 @@
+"""Every catalogued learner mistake is caught by the exercise tests, and named.
+
+For each mistake in ``tests/mistakes/exN.py``: run exercise N's tests against the solution with
+the mistake patched in (``--kata-patch``), and check that at least one test fails with a message
+containing the catalogue's words. The runs happen in this process, so the session's models are
+loaded once for all of them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import textwrap
+
+import pytest
+
+from kata.manifest import load_manifest
+from tests.mistakes import Mistake
+
+pytestmark = pytest.mark.maintainer
+
+EXERCISES = {exercise.id: exercise for exercise in load_manifest()}
+
+
+def catalogue() -> list[Mistake]:
+    mistakes = []
+    for exercise_id in EXERCISES:
+        try:
+            module = importlib.import_module(f"tests.mistakes.{exercise_id}")
+        except ModuleNotFoundError:
+            continue
+        mistakes += module.MISTAKES
+    return mistakes
+
+
+MISTAKES = catalogue()
+
+
+class FailureCollector:
+    """A pytest plugin object that keeps every failed test's name and message."""
+
+    def __init__(self):
+        self.failures: dict[str, str] = {}
+        self.passed = 0
+
+    def pytest_runtest_logreport(self, report):
+        if report.failed:
+            self.failures[report.nodeid] = report.longreprtext
+        elif report.passed and report.when == "call":
+            self.passed += 1
+
+
+def run_tests_with_mistake(mistake: Mistake, rootpath, tmp_path) -> FailureCollector:
+    patch = tmp_path / f"{mistake.exercise}_{mistake.id}.py"
+    patch.write_text(textwrap.dedent(mistake.code))
+    collector = FailureCollector()
+    exercise = EXERCISES[mistake.exercise]
+    pytest.main(
+        [
+            str(rootpath / exercise.tests), "--impl", "solutions",
+            f"--kata-patch={mistake.exercise}={patch}",
+            "-q", "-p", "no:cacheprovider", "--tb=short", "-o", "addopts=",
+        ],
+        plugins=[collector],
+    )
+    return collector
+
+
+def test_catalogue_is_large_and_covers_every_exercise():
+    assert len(MISTAKES) >= 25, f"only {len(MISTAKES)} mistakes catalogued"
+    ids = [(m.exercise, m.id) for m in MISTAKES]
+    assert len(ids) == len(set(ids)), "mistake ids must be unique within an exercise"
+    assert {m.exercise for m in MISTAKES} >= {"ex1", "ex2", "ex3"}
+
+
+@pytest.mark.parametrize("mistake", MISTAKES, ids=lambda m: f"{m.exercise}-{m.id}")
+def test_mistake_is_caught_and_named(mistake, request, tmp_path, capsys):
+    collector = run_tests_with_mistake(mistake, request.config.rootpath, tmp_path)
+    capsys.readouterr()  # the inner run's output is noise here
+    assert collector.failures, (
+        f"no test of {mistake.exercise} fails when the learner {mistake.summary}"
+    )
+    named = [test for test, message in collector.failures.items() if mistake.message in message]
+    assert named, (
+        f"the tests catch '{mistake.summary}' but no failure message contains "
+        f"{mistake.message!r}; messages seen:\n"
+        + "\n".join(f"- {test}: {msg.strip().splitlines()[-1][:200]}" for test, msg in collector.failures.items())
+    )
