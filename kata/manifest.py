@@ -50,3 +50,33 @@ def exercise_for_test_file(path: str | Path, root: Path) -> Exercise | None:
         if exercise.tests == relative:
             return exercise
     return None
+
+
+# --------------------------------------------------------------------------- the README's table
+
+README_TABLE_START = "<!-- exercises-table: generated from kata/exercises.toml by `python -m kata.manifest` -->"
+README_TABLE_END = "<!-- end exercises-table -->"
+
+
+def readme_table(exercises: list[Exercise] | None = None) -> str:
+    """The README's exercise table, made from the manifest."""
+    rows = ["| # | exercise | you write | post | points |", "|---|---|---|---|---|"]
+    for e in exercises or load_manifest():
+        points = f"{e.points} (bonus)" if e.bonus else str(e.points)
+        rows.append(f"| {e.number} | {e.title} (`{e.source()}`) | {len(e.functions)} function{'s' if len(e.functions) > 1 else ''} "
+                    f"| {e.post} | {points} |")
+    return "\n".join(rows)
+
+
+def update_readme(readme: Path) -> None:
+    text = readme.read_text(encoding="utf-8")
+    start, end = text.index(README_TABLE_START), text.index(README_TABLE_END)
+    readme.write_text(
+        text[: start + len(README_TABLE_START)] + "\n" + readme_table() + "\n" + text[end:],
+        encoding="utf-8",
+    )
+
+
+if __name__ == "__main__":  # python -m kata.manifest: rewrite the README's exercise table
+    update_readme(MANIFEST_PATH.parents[1] / "README.md")
+    print(readme_table())

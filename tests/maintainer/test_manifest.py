@@ -52,3 +52,11 @@ def test_tests_never_import_the_solutions(exercise):
     source = (ROOT / exercise.tests).read_text()
     for forbidden in ("import solutions", "from solutions", "import exercises", "from exercises"):
         assert forbidden not in source, f"{exercise.tests} must get the code under test via `ex`"
+
+
+def test_readme_table_is_generated_from_the_manifest():
+    from kata.manifest import readme_table
+
+    assert readme_table() in (ROOT / "README.md").read_text(), (
+        "README.md's exercise table is out of date: run `python -m kata.manifest`"
+    )

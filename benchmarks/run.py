@@ -1,0 +1,170 @@
+"""The kata's performance table: how long learners and instructors wait, and how much memory.
+
+    python benchmarks/run.py                  # everything (about 10 minutes on 2 CPU cores)
+    python benchmarks/run.py --only scaling   # one row group: scaling, exercise, suite, first, grader
+    python benchmarks/run.py --update-readme  # also write the table into README.md
+
+Targets (issue 8): one exercise's tests within 3 s with warm caches, the whole maintainer suite
+within 60 s, peak memory under 2.5 GB, fast_scaling_experiment at least 5x faster than
+scaling_experiment on SmolLM2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PYTEST = [sys.executable, "-m", "pytest", "--impl", "solutions", "-q", "-p", "no:cacheprovider"]
+
+
+def timed_run(command, env=None) -> tuple[float, int, int]:
+    """Wall seconds, exit code and peak RSS (MB) of the largest process the command waited for."""
+    started = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    if run.returncode not in (0, 1):
+        print(run.stdout[-2000:], run.stderr[-2000:], file=sys.stderr)
+    return seconds, run.returncode, max(peak_kb, before) // 1024
+
+
+def scaling_rows(runs: int) -> list[tuple[str, str, str]]:
+    import torch
+
+    import kata
+    from solutions.ex3_manipulation import scaling_experiment
+    from solutions.ex4_fast_scaling import fast_scaling_experiment
+
+    model, tokenizer = kata.load_model("smollm2")
+    ids = tokenizer(kata.KAFKA_TEXT, return_tensors="pt")["input_ids"]
+    target = tokenizer(kata.TARGET_WORD, add_special_tokens=False)["input_ids"][0]
+
+    def median_seconds(function):
+        times = []
+        for _ in range(runs):
+            started = time.perf_counter()
+            values = function(model, ids, target, 0.8)
+            times.append(time.perf_counter() - started)
+        return statistics.median(times), values
+
+    slow, slow_values = median_seconds(scaling_experiment)
+    fast, fast_values = median_seconds(fast_scaling_experiment)
+    difference = (torch.as_tensor(slow_values) - fast_values).abs().max().item()
+    return [
+        ("scaling_experiment, SmolLM2, Kafka sentence", f"{slow:.2f} s (median of {runs})", ""),
+        ("fast_scaling_experiment, same input", f"{fast:.2f} s (median of {runs})", ""),
+        ("speed-up", f"{slow / fast:.1f}x", ">= 5x"),
+        ("largest difference", f"{difference:.1e}", "<= 1e-4"),
+    ]
+
+
+def exercise_rows(runs: int) -> list[tuple[str, str, str]]:
+    from kata.manifest import load_manifest
+
+    rows = []
+    for exercise in load_manifest():
+        times = [timed_run(PYTEST + [exercise.tests])[0] for _ in range(runs)]
+        rows.append((f"pytest {exercise.tests}, warm caches", f"{statistics.median(times):.1f} s (median of {runs})", "<= 3 s"))
+    return rows
+
+
+def suite_rows() -> list[tuple[str, str, str]]:
+    seconds, code, peak = timed_run(PYTEST)
+    return [
+        (f"maintainer suite (pytest --impl solutions), warm caches, exit {code}", f"{seconds:.0f} s", "<= 60 s"),
+        ("peak memory of one process in the suite", f"{peak} MB", "< 2500 MB"),
+    ]
+
+
+def first_run_rows() -> list[tuple[str, str, str]]:
+    cache = tempfile.mkdtemp(prefix="kata-cold-cache-")
+    try:
+        env = {**os.environ, "KATA_CACHE": cache}
+        seconds, code, _ = timed_run(PYTEST + ["tests/test_ex1_hidden_states.py"], env=env)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    return [("first run: ex1 tests with the SmolLM2 conversion (cold cache)", f"{seconds:.0f} s", "")]
+
+
+def grader_rows(count: int) -> list[tuple[str, str, str]]:
+    maker = ROOT / "benchmarks" / "make_submissions.py"
+    if not maker.exists():
+        return [("grader on a batch of submissions", "skipped: benchmarks/make_submissions.py missing", "")]
+    folder = Path(tempfile.mkdtemp(prefix="kata-submissions-"))
+    try:
+        subprocess.run([sys.executable, str(maker), str(folder), "--count", str(count)], cwd=ROOT, check=True,
+                       capture_output=True)
+        submissions = sorted(str(p) for p in folder.iterdir())
+        seconds, code, _ = timed_run([sys.executable, "grader.py", "-j", "2", "--submissions", *submissions])
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return [(f"grader: {len(submissions)} synthetic submissions, -j 2", f"{seconds:.0f} s", "")]
+
+
+GROUPS = {
+    "scaling": lambda args: scaling_rows(args.runs),
+    "exercise": lambda args: exercise_rows(args.runs),
+    "suite": lambda args: suite_rows(),
+    "first": lambda args: first_run_rows(),
+    "grader": lambda args: grader_rows(args.submissions),
+}
+
+
+def machine() -> str:
+    import torch
+    import transformers
+
+    cpu = platform.processor() or platform.machine()
+    return (f"{os.cpu_count()} CPU cores ({cpu}), Python {platform.python_version()}, "
+            f"torch {torch.__version__}, transformers {transformers.__version__}")
+
+
+def table(rows) -> str:
+    lines = ["| measure | result | target |", "|---|---|---|"]
+    lines += [f"| {name} | {value} | {target} |" for name, value, target in rows]
+    return "\n".join(lines)
+
+
+def update_readme(text: str) -> None:
+    readme = ROOT / "README.md"
+    pattern = re.compile(r"(<!-- benchmark-table -->\n).*?(<!-- end benchmark-table -->)", re.S)
+    content = readme.read_text()
+    if not pattern.search(content):
+        raise SystemExit("README.md has no <!-- benchmark-table --> markers")
+    readme.write_text(pattern.sub(lambda m: m.group(1) + text + "\n" + m.group(2), content))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", choices=GROUPS, action="append", help="run only these groups")
+    parser.add_argument("--runs", type=int, default=5, help="runs per timed measure (median)")
+    parser.add_argument("--submissions", type=int, default=20, help="size of the grader's batch")
+    parser.add_argument("--update-readme", action="store_true", help="write the table into README.md")
+    args = parser.parse_args()
+
+    rows = []
+    for name in args.only or GROUPS:
+        print(f"benchmark: {name} ...", file=sys.stderr, flush=True)
+        rows += GROUPS[name](args)
+    text = f"Measured {time.strftime('%Y-%m-%d')} on {machine()} with `python benchmarks/run.py`:\n\n{table(rows)}\n"
+    print(text)
+    if args.update_readme:
+        update_readme(text)
+
+
+if __name__ == "__main__":
+    main()

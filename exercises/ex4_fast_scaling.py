@@ -1,0 +1,70 @@
+"""Exercise 4 (bonus): the scaling experiment in one forward pass.
+
+Post: "Python demo 3: Manipulating hidden states" (figure 11), made fast.
+
+Exercise 3's ``scaling_experiment`` runs the whole model once per block: 30 forward passes for
+SmolLM2, each computing logits for every position. Three observations make it much cheaper
+without changing a single result:
+
+1. **Rows of a batch do not interact.** A transformer attends only within its own sequence, so a
+   batch whose row ``i`` is scaled at block ``i`` gives row ``i`` exactly what a separate run
+   would. One batched pass replaces the loop.
+2. **Before block ``i`` a row is still the clean run.** Scaling happens at the output of block
+   ``i``, so every block before it computes the same numbers as the clean model. Start with the
+   one clean row and, after each block, append a scaled copy of the clean row: block ``j``
+   processes only the rows that have already diverged, plus the clean one.
+3. **Only the last position predicts the next token.** The unembedding (``d_model x vocab``) is
+   the single largest matrix; apply it to the last position's vector only.
+
+You will write ``fast_scaling_experiment``; it must agree with ``scaling_experiment`` to 1e-4.
+"""
+
+import torch
+
+import kata
+
+
+def fast_scaling_experiment(model, input_ids, target_id, factor=0.8):
+    """``scaling_experiment``'s values, from one forward pass that grows its batch block by block.
+
+    The batch starts as the one clean sequence. A forward hook on every block (registered with
+    ``prepend=True``) returns the block's output with one row appended: the clean row (row 0)
+    times ``factor``. After block ``j`` the batch holds the clean row followed by the rows
+    scaled at blocks ``0 .. j``, so block ``j`` runs on ``j + 1`` rows, never on a row that
+    would only repeat the clean one (trick 2). Rows never mix (trick 1). At the end, run the
+    unembedding on the last position only (trick 3) and take the log-softmax of each row.
+
+    Runs ``model.base_model`` (the blocks and the final norm, without the unembedding) with
+    ``use_cache=False``, then ``model.get_output_embeddings()`` on ``final[:, -1]``.
+
+    Args:
+        input_ids: one sequence, ``(1, T)`` or ``(T,)``.
+        target_id: the token whose log-probability is measured.
+        factor: the scale applied to one block's output per row.
+
+    Returns a float32 CPU tensor of shape ``(n_layers,)``: entry ``i`` is the target's
+    log-probability with block ``i``'s output scaled, as in ``scaling_experiment``.
+    Every hook is removed before returning, also when the forward pass raises.
+
+    Hint: ``torch.cat([hidden, hidden[:1] * factor])`` appends the scaled clean row; a block
+    may return a tuple (transformers up to 5.2) or a tensor.
+
+    Post: demo 3, the experiment loop and figure 11.
+    """
+    raise NotImplementedError
+
+
+# Already written for you: the input checks every entry point of the kata makes.
+
+
+def _one_sequence(model, input_ids):
+    """``input_ids`` as ``(1, T)`` on the model's device, checked against the context length."""
+    input_ids = torch.as_tensor(input_ids)
+    if input_ids.dim() == 1:
+        input_ids = input_ids[None]
+    if input_ids.dim() != 2 or input_ids.shape[0] != 1 or input_ids.shape[1] == 0:
+        raise ValueError(f"input_ids must be one non-empty sequence, got shape {tuple(input_ids.shape)}")
+    limit = kata.context_length(model)
+    if input_ids.shape[1] > limit:
+        raise ValueError(f"input_ids has {input_ids.shape[1]} tokens, more than the context of {limit}")
+    return input_ids.to(model.device)

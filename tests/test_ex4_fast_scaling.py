@@ -1,0 +1,214 @@
+"""Exercise 4 (bonus): the scaling experiment in one batched forward pass.
+
+Expected values come from a plain per-block loop written here with its own hook (never from the
+solutions). The work checks count what the model actually ran: forward passes, rows per block,
+positions unembedded.
+"""
+
+import pytest
+import torch
+
+import kata
+from kata.hooks import hook_snapshot
+from tests.helpers import check_shape, check_tensor
+
+FACTOR = 0.8
+
+
+def reference_scaling(model, input_ids, target_id, factor):
+    """The experiment the slow way: one full forward pass per block, that block's output scaled."""
+
+    def scale(module, inputs, output):
+        return (output[0] * factor, *output[1:]) if isinstance(output, tuple) else output * factor
+
+    values = []
+    for block in kata.blocks(model):
+        handle = block.register_forward_hook(scale, prepend=True)
+        try:
+            with torch.no_grad():
+                logits = model(input_ids).logits[0, -1]
+        finally:
+            handle.remove()
+        values.append(torch.log_softmax(logits.float(), dim=-1)[target_id])
+    return torch.stack(values).cpu()
+
+
+def clean_log_prob(model, input_ids, target_id):
+    with torch.no_grad():
+        logits = model(input_ids).logits[0, -1]
+    return torch.log_softmax(logits.float(), dim=-1)[target_id].item()
+
+
+def kafka_ids(tokenizer):
+    return tokenizer(kata.KAFKA_TEXT, return_tensors="pt")["input_ids"]
+
+
+def target(tokenizer):
+    return tokenizer(kata.TARGET_WORD, add_special_tokens=False)["input_ids"][0]
+
+
+@pytest.fixture(scope="module")
+def tiny_reference(tiny_gpt2):
+    model, tokenizer = tiny_gpt2
+    ids, target_id = kafka_ids(tokenizer), target(tokenizer)
+    return ids, target_id, reference_scaling(model, ids, target_id, FACTOR)
+
+
+@pytest.fixture(scope="module")
+def smollm2_reference(smollm2):
+    model, tokenizer = smollm2
+    ids, target_id = kafka_ids(tokenizer), target(tokenizer)
+    return ids, target_id, reference_scaling(model, ids, target_id, FACTOR)
+
+
+def check_matches_the_loop(values, expected, model_name):
+    check_tensor(values, "fast_scaling_experiment")
+    check_shape(values, expected.shape, "fast_scaling_experiment",
+                "one value per transformer block (drop the clean row)")
+    assert values.dtype == torch.float32, f"expected float32, got {values.dtype}"
+    difference = (values.cpu() - expected).abs()
+    worst = int(difference.argmax())
+    if difference.max() > 1e-4 and torch.allclose(values[1:].cpu(), expected[:-1], atol=1e-4):
+        raise AssertionError(
+            "your values are shifted by one block: row 0 of the batch is the clean run, so the "
+            "run scaled at block i is row i + 1"
+        )
+    assert difference.max() <= 1e-4, (
+        f"on {model_name}, block {worst} gives {values[worst]:.5f}, but scaling block {worst}'s "
+        f"output alone gives {expected[worst]:.5f} (largest difference {difference.max():.2g}): "
+        "check that row i is scaled at block i only and that rows are not scaled twice"
+    )
+
+
+def test_matches_the_per_block_loop_on_tiny_gpt2(ex, tiny_gpt2, tiny_reference):
+    model, _ = tiny_gpt2
+    ids, target_id, expected = tiny_reference
+    check_matches_the_loop(ex.fast_scaling_experiment(model, ids, target_id, FACTOR), expected, "tiny-gpt2")
+
+
+@pytest.mark.trained
+def test_matches_the_per_block_loop_on_smollm2(ex, smollm2, smollm2_reference):
+    model, _ = smollm2
+    ids, target_id, expected = smollm2_reference
+    check_matches_the_loop(ex.fast_scaling_experiment(model, ids, target_id, FACTOR), expected, "smollm2")
+
+
+def test_factor_one_gives_the_clean_value_at_every_block(ex, tiny_gpt2, tiny_reference):
+    model, _ = tiny_gpt2
+    ids, target_id, _ = tiny_reference
+    values = check_tensor(ex.fast_scaling_experiment(model, ids, target_id, 1.0), "fast_scaling_experiment")
+    clean = clean_log_prob(model, ids, target_id)
+    assert torch.allclose(values, torch.full_like(values, clean), atol=1e-4), (
+        f"with factor 1.0 nothing changes, so every entry should be the clean {clean:.5f}; "
+        f"got {values.tolist()}"
+    )
+
+
+class WorkCounter:
+    """Counts what a model runs: calls and rows per block, positions given to the unembedding."""
+
+    def __init__(self, model):
+        self.block_rows = []
+        self.unembedded_shapes = []
+        self.handles = [
+            block.register_forward_pre_hook(self._block(i)) for i, block in enumerate(kata.blocks(model))
+        ]
+        self.handles.append(model.get_output_embeddings().register_forward_pre_hook(self._unembed))
+
+    def _block(self, index):
+        def hook(module, args):
+            hidden = args[0] if args else None
+            self.block_rows.append((index, None if hidden is None else hidden.shape[0]))
+
+        return hook
+
+    def _unembed(self, module, args):
+        self.unembedded_shapes.append(tuple(args[0].shape))
+
+    def remove(self):
+        for handle in self.handles:
+            handle.remove()
+
+
+@pytest.fixture
+def work(ex, tiny_gpt2, tiny_reference):
+    model, _ = tiny_gpt2
+    ids, target_id, _ = tiny_reference
+    counter = WorkCounter(model)
+    try:
+        ex.fast_scaling_experiment(model, ids, target_id, FACTOR)
+    finally:
+        counter.remove()
+    return counter, len(kata.blocks(model)), ids.shape[1]
+
+
+def test_one_forward_pass(work):
+    counter, n_blocks, _ = work
+    calls = [index for index, _ in counter.block_rows]
+    assert calls.count(0) == 1, (
+        f"block 0 ran {calls.count(0)} times: use one batched forward pass (row i scaled at "
+        "block i), not one pass per block"
+    )
+
+
+def test_rows_before_their_block_are_computed_once(work):
+    counter, n_blocks, _ = work
+    rows = dict(counter.block_rows)
+    assert rows.get(0) == 1, (
+        f"block 0 ran on {rows.get(0)} rows: before a row's own block it is still the clean run, "
+        "so start with the one clean row and add each scaled row after its block"
+    )
+    assert [rows.get(j) for j in range(n_blocks)] == list(range(1, n_blocks + 1)), (
+        f"rows per block {[rows.get(j) for j in range(n_blocks)]}, expected "
+        f"{list(range(1, n_blocks + 1))}: block j needs the clean row and the rows scaled at "
+        "blocks 0 .. j-1"
+    )
+
+
+def test_logits_only_at_the_last_position(work):
+    counter, n_blocks, n_tokens = work
+    assert len(counter.unembedded_shapes) == 1, "run the unembedding once, on all rows together"
+    shape = counter.unembedded_shapes[0]
+    positions = shape[1] if len(shape) == 3 else 1
+    assert positions == 1, (
+        f"the unembedding ran on {positions} positions (input shape {shape}): only the last "
+        "position predicts the next token, so give it final[:, -1] only"
+    )
+
+
+def test_hooks_are_left_exactly_as_they_were(ex, tiny_gpt2, tiny_reference):
+    model, _ = tiny_gpt2
+    ids, target_id, _ = tiny_reference
+    before = hook_snapshot(model)
+    ex.fast_scaling_experiment(model, ids, target_id, FACTOR)
+    assert hook_snapshot(model) == before, "a hook was left on the model: remove every hook you register"
+
+
+def test_hooks_are_removed_when_the_forward_pass_raises(ex, tiny_gpt2, tiny_reference):
+    model, _ = tiny_gpt2
+    ids, target_id, _ = tiny_reference
+
+    def explode(module, args):
+        raise RuntimeError("injected failure")
+
+    before = hook_snapshot(model)
+    handle = kata.final_norm(model).register_forward_pre_hook(explode)
+    try:
+        with pytest.raises(RuntimeError, match="injected failure"):
+            ex.fast_scaling_experiment(model, ids, target_id, FACTOR)
+    finally:
+        handle.remove()
+    assert hook_snapshot(model) == before, (
+        "after the forward pass raised, a hook was still on the model: remove hooks in a "
+        "finally block"
+    )
+
+
+def test_bad_input_gets_a_clear_error(ex, tiny_gpt2, tiny_reference):
+    model, _ = tiny_gpt2
+    ids, _, _ = tiny_reference
+    with pytest.raises(ValueError, match="token id"):
+        ex.fast_scaling_experiment(model, ids, model.config.vocab_size + 5, FACTOR)
+    too_long = torch.zeros(1, kata.context_length(model) + 1, dtype=torch.long)
+    with pytest.raises(ValueError, match="context"):
+        ex.fast_scaling_experiment(model, too_long, 0, FACTOR)
