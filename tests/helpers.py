@@ -35,3 +35,18 @@ def check_close(actual, expected, name: str, hint: str = "", atol=1e-5, rtol=1e-
             f"{name} differs from the expected values (largest difference {worst:.3g})"
             + (f": {hint}" if hint else "")
         )
+
+
+_REFERENCE_VALUES: dict = {}
+
+
+def computed_once(key, compute):
+    """``compute()``'s result, computed once per process for each ``key``.
+
+    For expected values that tests derive from the session models (reference forward passes):
+    kept across test files and across the in-process runs of the mistakes check, so each is
+    computed once. Use keys like ``("kafka-scaling", model_name)``.
+    """
+    if key not in _REFERENCE_VALUES:
+        _REFERENCE_VALUES[key] = compute()
+    return _REFERENCE_VALUES[key]

@@ -10,7 +10,7 @@ import torch
 
 import kata
 from kata.hooks import hook_snapshot
-from tests.helpers import check_shape, check_tensor
+from tests.helpers import check_shape, check_tensor, computed_once
 
 FACTOR = 0.8
 
@@ -47,18 +47,19 @@ def target(tokenizer):
     return tokenizer(kata.TARGET_WORD, add_special_tokens=False)["input_ids"][0]
 
 
-@pytest.fixture(scope="module")
-def tiny_reference(tiny_gpt2):
-    model, tokenizer = tiny_gpt2
+def kafka_reference(model, tokenizer):
     ids, target_id = kafka_ids(tokenizer), target(tokenizer)
     return ids, target_id, reference_scaling(model, ids, target_id, FACTOR)
+
+
+@pytest.fixture(scope="module")
+def tiny_reference(tiny_gpt2):
+    return computed_once(("ex4-kafka-scaling", "tiny-gpt2"), lambda: kafka_reference(*tiny_gpt2))
 
 
 @pytest.fixture(scope="module")
 def smollm2_reference(smollm2):
-    model, tokenizer = smollm2
-    ids, target_id = kafka_ids(tokenizer), target(tokenizer)
-    return ids, target_id, reference_scaling(model, ids, target_id, FACTOR)
+    return computed_once(("ex4-kafka-scaling", "smollm2"), lambda: kafka_reference(*smollm2))
 
 
 def check_matches_the_loop(values, expected, model_name):
