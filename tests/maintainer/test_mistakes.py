@@ -43,8 +43,8 @@ class FailureCollector:
         self.passed = 0
 
     def pytest_runtest_logreport(self, report):
-        if report.failed:
-            self.failures[report.nodeid] = report.longreprtext
+        if report.failed:  # keep every phase: a leaked hook is reported at teardown
+            self.failures[report.nodeid] = self.failures.get(report.nodeid, "") + report.longreprtext
         elif report.passed and report.when == "call":
             self.passed += 1
 

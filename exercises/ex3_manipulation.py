@@ -1,0 +1,163 @@
+"""Exercise 3: manipulating hidden states with a scaling hook.
+
+Post: "Python demo 3: Manipulating hidden states" (figures 10 and 11).
+
+The model reads the opening of Kafka's *The Metamorphosis*, cut just before the word it must
+predict (``kata.KAFKA_TEXT``), and we watch the log-probability it gives to ``" insect"``.
+Then we change the model while it runs: a forward hook multiplies one transformer block's
+output by 0.8, we measure the target's log-probability again, remove the hook, and move on to
+the next block. The result (figure 11) shows which blocks the prediction depends on.
+
+You will write:
+
+* ``text_stats`` and ``target_token_id``: what the text and the target look like as tokens;
+* ``next_token_log_probs`` and ``top_next_tokens``: the clean prediction (figure 10);
+* ``make_scaling_hook``: a hook that replaces a block's output with a scaled copy;
+* ``scaling_experiment``: one scaled block at a time, every hook removed afterwards;
+* ``plot_scaling_experiment``: figure 11.
+
+Two facts about the library matter here. A GPT-2 block returns a tuple in transformers up to
+5.2 and a plain tensor from 5.3 on (Llama-family blocks return a tensor), so the hook must
+handle both. And a hook is global state on the module: one that is not removed, also when the
+forward pass raises, keeps changing every later run of the model.
+"""
+
+import matplotlib.pyplot as plt  # noqa: F401 - for plot_scaling_experiment
+import torch  # noqa: F401 - torch.no_grad, torch.log_softmax, torch.topk
+
+import kata  # noqa: F401 - kata.blocks, kata.context_length
+
+
+def text_stats(tokenizer, text):
+    """Count the characters and the tokens of ``text``.
+
+    Returns a dict with four ints: ``chars`` (characters), ``unique_chars`` (distinct
+    characters), ``tokens`` (token ids the tokenizer makes of the text) and ``unique_tokens``
+    (distinct token ids). For ``kata.KAFKA_TEXT`` and the GPT-2 tokenizer: 109, 25, 22, 22.
+
+    Hint: a Python ``set`` keeps one copy of each element.
+
+    Post: demo 3, the text statistics printed before figure 10.
+    """
+    raise NotImplementedError
+
+
+def target_token_id(tokenizer, word):
+    """The id of the single token that spells ``word``.
+
+    GPT-2-style tokenizers fold the space before a word into the token, so ``" insect"``
+    (id 12833 in GPT-2) and ``"insect"`` (two pieces, ``"in"`` + ``"sect"``) differ. The
+    experiment reads one log-probability, so the word must be exactly one token: otherwise
+    raise a ``ValueError`` that lists the pieces the tokenizer made, never silently keep the
+    first piece.
+
+    Returns an ``int``.
+
+    Hint: ``tokenizer(word, add_special_tokens=False)["input_ids"]`` and
+    ``tokenizer.decode([token_id])`` for the text of each piece.
+
+    Post: demo 3, the target token " insect".
+    """
+    raise NotImplementedError
+
+
+def next_token_log_probs(model, input_ids):
+    """Log-probabilities of every possible next token after ``input_ids``.
+
+    ``input_ids`` is one sequence, shape ``(1, T)`` as the tokenizer returns it, or ``(T,)``.
+    Run the model without gradients, take the logits at the *last* position (the prediction
+    for the token after the text) and apply log-softmax over the vocabulary.
+
+    Returns a float32 CPU tensor of shape ``(vocab_size,)`` whose ``exp()`` sums to 1.
+    Raises ``ValueError`` for an empty input, one longer than ``kata.context_length(model)``
+    or more than one sequence.
+
+    Hint: ``torch.log_softmax(logits[0, -1], dim=-1)``; softmax gives probabilities, and the
+    post measures their logarithm.
+
+    Post: demo 3, the clean log-softmax value of " insect".
+    """
+    raise NotImplementedError
+
+
+def top_next_tokens(model, tokenizer, input_ids, k=21):
+    """The ``k`` most likely next tokens after ``input_ids``, as figure 10 lists them.
+
+    Returns a list of ``k`` pairs ``(token text, logit)``, highest logit first, e.g.
+    ``(" insect", 9.93)`` for SmolLM2. The text is ``tokenizer.decode([token_id])`` (with its
+    leading space); the logit is a Python float from the last position's raw logits: the same
+    forward pass as ``next_token_log_probs``, before log-softmax (a small helper shared by the
+    two functions keeps the input checks in one place).
+
+    Hint: ``torch.topk(logits, k)`` returns the values and the indices, largest first.
+
+    Post: demo 3, figure 10.
+    """
+    raise NotImplementedError
+
+
+def make_scaling_hook(factor):
+    """A forward hook that replaces a block's output with the output times ``factor``.
+
+    Register the result with ``block.register_forward_hook(hook)``: PyTorch then calls
+    ``hook(module, inputs, output)`` after the block runs, and a value the hook returns
+    replaces the block's output. The block's output may be
+
+    * a tensor ``(batch, T, d_model)`` (GPT-2 from transformers 5.3, Llama-family models):
+      return ``output * factor``, a tensor;
+    * a tuple whose first element is that tensor (GPT-2 up to transformers 5.2): return a
+      tuple with the first element scaled and the others unchanged.
+
+    Build new tensors: never scale in place (``mul_``, ``*=``), which would also change the
+    tensor the block and other hooks still hold.
+
+    Hint: check ``isinstance(output, tuple)``; on a tensor, ``output[0]`` is the first row of
+    the batch, not "the hidden states".
+
+    Post: demo 3, the hook function (steps 3a-3c).
+    """
+    raise NotImplementedError
+
+
+def scaling_experiment(model, input_ids, target_id, factor=0.8):
+    """The target's log-probability with each block's output scaled, one block at a time.
+
+    For block ``i`` (``kata.blocks(model)[i]``): register ``make_scaling_hook(factor)`` on it,
+    read ``next_token_log_probs(model, input_ids)[target_id]``, remove the hook. Only that one
+    block is scaled in that run.
+
+    Register with ``prepend=True`` so your hook runs before any hook already on the block:
+    transformers 5 records ``output_hidden_states`` with such hooks, and they should see the
+    scaled output too. Remove every hook in a ``finally`` block so that, even when the forward
+    pass raises, the model's hooks end exactly as they were.
+
+    Scaling the *last* block barely changes anything: the final norm divides its input by its
+    own size, so a global factor cancels out (up to the norm's epsilon).
+
+    Returns a float32 tensor of shape ``(n_layers,)``, one value per block.
+    Raises ``ValueError`` if ``target_id`` is not a token id of the model.
+
+    Hint: ``handle = block.register_forward_hook(hook, prepend=True)``, then
+    ``try: ... finally: handle.remove()``.
+
+    Post: demo 3, the experiment loop (steps 1-7) and figure 11.
+    """
+    raise NotImplementedError
+
+
+def plot_scaling_experiment(values, clean_value):
+    """Figure 11: the target's log-probability for each scaled block, against the clean run.
+
+    ``values``: shape ``(n_layers,)``, from ``scaling_experiment``; ``clean_value``: the
+    target's log-probability without any hook. Draw one marker per block at x = block index
+    (0, 1, ...), a dashed horizontal line at ``clean_value`` whose label shows the number
+    (legend), x label "Transformer block", y label "Log softmax". A wide figure, about (9, 3).
+
+    Returns the ``matplotlib.figure.Figure``.
+
+    Hint: ``ax.plot(x, values, "o")`` for the markers and
+    ``ax.axhline(clean_value, linestyle="--", label=...)`` for the clean line.
+
+    Post: demo 3, figure 11.
+    """
+    raise NotImplementedError
