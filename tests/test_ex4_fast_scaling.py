@@ -189,13 +189,16 @@ def test_hooks_are_removed_when_the_forward_pass_raises(ex, tiny_gpt2, tiny_refe
     model, _ = tiny_gpt2
     ids, target_id, _ = tiny_reference
 
+    class InjectedFailure(Exception):
+        pass
+
     def explode(module, args):
-        raise RuntimeError("injected failure")
+        raise InjectedFailure("the forward pass failed")
 
     before = hook_snapshot(model)
     handle = kata.final_norm(model).register_forward_pre_hook(explode)
     try:
-        with pytest.raises(RuntimeError, match="injected failure"):
+        with pytest.raises(InjectedFailure):
             ex.fast_scaling_experiment(model, ids, target_id, FACTOR)
     finally:
         handle.remove()

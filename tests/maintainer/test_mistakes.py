@@ -36,32 +36,44 @@ MISTAKES = catalogue()
 
 
 class FailureCollector:
-    """A pytest plugin object that keeps every failed test's name and message."""
+    """A pytest plugin object that keeps every failed test's name and message.
 
-    def __init__(self):
+    The run stops at the first failure that names the mistake: the rest could only confirm it.
+    """
+
+    def __init__(self, words: str):
+        self.words = words
         self.failures: dict[str, str] = {}
-        self.passed = 0
+        self.session = None
+
+    def pytest_sessionstart(self, session):
+        self.session = session
 
     def pytest_runtest_logreport(self, report):
         if report.failed:  # keep every phase: a leaked hook is reported at teardown
             self.failures[report.nodeid] = self.failures.get(report.nodeid, "") + report.longreprtext
-        elif report.passed and report.when == "call":
-            self.passed += 1
+            if self.words in report.longreprtext:
+                self.session.shouldstop = "the mistake was caught and named"
 
 
 def run_tests_with_mistake(mistake: Mistake, rootpath, tmp_path) -> FailureCollector:
+    """Run the exercise's tests with the mistake planted: the fast tests on the tiny model first,
+    then, only if they did not name the mistake, all of them."""
     patch = tmp_path / f"{mistake.exercise}_{mistake.id}.py"
     patch.write_text(textwrap.dedent(mistake.code))
-    collector = FailureCollector()
     exercise = EXERCISES[mistake.exercise]
-    pytest.main(
-        [
-            str(rootpath / exercise.tests), "--impl", "solutions",
-            f"--kata-patch={mistake.exercise}={patch}",
-            "-q", "-p", "no:cacheprovider", "--tb=short", "-o", "addopts=",
-        ],
-        plugins=[collector],
-    )
+    for selection in (["-m", "not trained"], []):
+        collector = FailureCollector(mistake.message)
+        pytest.main(
+            [
+                str(rootpath / exercise.tests), "--impl", "solutions", *selection,
+                f"--kata-patch={mistake.exercise}={patch}",
+                "-q", "-p", "no:cacheprovider", "--tb=short", "-o", "addopts=",
+            ],
+            plugins=[collector],
+        )
+        if collector.session.shouldstop:
+            break
     return collector
 
 
