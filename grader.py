@@ -1,0 +1,12 @@
+"""Grade the hidden-states kata: ``python grader.py`` (learners) or ``--submissions`` (instructors).
+
+Run ``python grader.py --help`` for every option; the work is done in ``kata/grading/``.
+"""
+
+import sys
+from pathlib import Path
+
+from kata.grading.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(root=Path(__file__).resolve().parent))

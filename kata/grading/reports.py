@@ -1,0 +1,247 @@
+"""What the grader writes: the learner's table, the class summary, CSV, JSON and Gradescope files.
+
+Everything here reads :class:`~kata.grading.results.SubmissionResult` objects; nothing runs tests.
+Files are written so that a crash half-way through a batch loses nothing already graded: the CSV
+gets one flushed row per finished submission, and the JSON files are rewritten atomically (a
+temporary file renamed into place) after every submission.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import platform
+import tempfile
+from pathlib import Path
+
+from .results import ExerciseResult, SubmissionResult
+
+BAR_WIDTH = 30
+MESSAGE_LINES = 6
+
+
+def environment(result: SubmissionResult | None = None) -> dict:
+    """torch and transformers versions, the device and the models the tests used."""
+    from importlib.metadata import version
+
+    import torch
+
+    from kata.models import default_device
+
+    info = {"torch": torch.__version__, "transformers": version("transformers"),
+            "device": str(default_device()), "models": [], "python": platform.python_version()}
+    if result is not None:
+        info.update(result.environment)
+    return info
+
+
+def describe_environment(info: dict) -> str:
+    models = ", ".join(info.get("models") or []) or "none loaded"
+    return (f"torch {info['torch']}, transformers {info['transformers']}, "
+            f"{info['device']}; models: {models}")
+
+
+def _points(value: float) -> str:
+    return f"{value:g}"
+
+
+def progress_bar(fraction: float, width: int = BAR_WIDTH) -> str:
+    filled = round(max(0.0, min(1.0, fraction)) * width)
+    return "[" + "#" * filled + "." * (width - filled) + "]"
+
+
+# --------------------------------------------------------------------------- learners
+
+
+def exercise_table(result: SubmissionResult) -> str:
+    """One row per exercise: status, tests passed / total, points; then the progress bar."""
+    titles = [r.exercise.title + (" (bonus)" if r.exercise.bonus and "bonus" not in
+                                  r.exercise.title.lower() else "") for r in result.exercises]
+    width = max(len(t) for t in titles)
+    lines = [f"      {'exercise':<{width}}  {'status':<13}  {'tests':>7}  {'points':>9}"]
+    for row, title in zip(result.exercises, titles):
+        tests = f"{row.passed}/{row.total}" if row.tests else "-"
+        points = f"{_points(row.points)}/{_points(row.max_points)}"
+        lines.append(f"  {row.exercise.id:<4}{title:<{width}}  {row.status:<13}  {tests:>7}  "
+                     f"{points:>9}")
+    core = result.core
+    done = sum(r.done for r in core)
+    fraction = result.points / result.max_points if result.max_points else 0.0
+    skipped = [t for r in result.exercises for t in r.tests if t["outcome"] == "skipped"]
+    if skipped:
+        reason = skipped[0]["message"].split(";")[0].split(" (")[0]
+        lines.append(f"  ({len(skipped)} skipped, counted neither for nor against: {reason})")
+    lines.append("")
+    bonus = sum(r.points for r in result.exercises if r.exercise.bonus)
+    extra = f" ({_points(bonus)} of them bonus)" if bonus else ""
+    lines.append(f"  progress {progress_bar(fraction)}  {_points(result.points)}/"
+                 f"{_points(result.max_points)} points{extra}, {done} of {len(core)} "
+                 "exercises done")
+    return "\n".join(lines)
+
+
+def _indent(text: str, prefix: str = "    ", lines: int = MESSAGE_LINES) -> str:
+    kept = text.strip().splitlines()
+    more = ["..."] if len(kept) > lines else []
+    return "\n".join(prefix + line for line in kept[:lines] + more)
+
+
+def next_step(result: SubmissionResult, hint_levels: dict[str, int],
+              impl: str = "exercises") -> str:
+    """Under the table: the first unfinished exercise, its first failing test, and a hint."""
+    row = result.first_unfinished()
+    if row is None:
+        return ("All exercises are done. See your results as the post's figures:\n"
+                "    python grader.py --figures figures")
+    exercise = row.exercise
+    lines = [f"Next: {exercise.id} {exercise.title} (edit {exercise.source(impl)})",
+             f"  post: {exercise.post}"]
+    failure = row.first_failure()
+    if row.status == "not started":
+        lines.append(f"  start with {exercise.functions[0]}(): every function still raises "
+                     "NotImplementedError.")
+    elif row.status in ("error", "missing") or failure is None:
+        lines.append(f"  {row.status}:")
+        lines.append(_indent(row.message))
+    else:
+        lines.append(f"  first failing test: {failure['name']} ({exercise.tests})")
+        lines.append(_indent(failure["message"] or failure["outcome"]))
+    if exercise.hints:
+        level = max(1, min(hint_levels.get(exercise.id, 0), len(exercise.hints)))
+        lines.append(f"  hint {level} of {len(exercise.hints)}: {exercise.hints[level - 1]}")
+        if level < len(exercise.hints):
+            lines.append(f"  more help: python grader.py --hint {exercise.number}")
+    return "\n".join(lines)
+
+
+def learner_report(result: SubmissionResult, hint_levels: dict[str, int], title: str,
+                   impl: str = "exercises") -> str:
+    return "\n".join([f"{title}  ({describe_environment(environment(result))})", "",
+                      exercise_table(result), "", next_step(result, hint_levels, impl)])
+
+
+# --------------------------------------------------------------------------- instructors
+
+
+def batch_table(results: list[SubmissionResult]) -> str:
+    """One row per submission: points and status of every exercise, total, time."""
+    if not results:
+        return "no submissions"
+    exercises = [r.exercise for r in results[0].exercises]
+    name_width = max(10, *(len(r.name) for r in results))
+    cell = 22
+    columns = "".join(f"{e.id + (' (bonus)' if e.bonus else ''):<{cell}}" for e in exercises)
+    header = f"{'submission':<{name_width}}  {columns}     total    time"
+    lines = [header, "-" * len(header)]
+    for result in results:
+        cells = "".join(f"{_points(r.points):>5} {r.status:<{cell - 6}}" for r in result.exercises)
+        total = f"{_points(result.points)}/{_points(result.max_points)}"
+        lines.append(f"{result.name:<{name_width}}  {cells}{total:>10} {result.seconds:6.1f}s")
+    return "\n".join(lines)
+
+
+def csv_header(exercises) -> list[str]:
+    columns = ["name"]
+    for exercise in exercises:
+        columns += [f"{exercise.id}_points", f"{exercise.id}_status"]
+    return columns + ["total", "max", "all_done", "seconds"]
+
+
+def csv_row(result: SubmissionResult) -> list:
+    row = [result.name]
+    for r in result.exercises:
+        row += [_points(r.points), r.status]
+    return row + [_points(result.points), _points(result.max_points), result.all_done,
+                  f"{result.seconds:.1f}"]
+
+
+class CsvReport:
+    """A CSV file that gains one flushed row per finished submission."""
+
+    def __init__(self, path: Path, exercises):
+        self.handle = open(path, "w", newline="", encoding="utf-8")
+        self.writer = csv.writer(self.handle)
+        self.writer.writerow(csv_header(exercises))
+        self.handle.flush()
+
+    def add(self, result: SubmissionResult) -> None:
+        self.writer.writerow(csv_row(result))
+        self.handle.flush()
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+def exercise_dict(row: ExerciseResult) -> dict:
+    return {"id": row.exercise.id, "title": row.exercise.title, "bonus": row.exercise.bonus,
+            "status": row.status, "message": row.message, "points": row.points,
+            "max_points": row.max_points, "passed": row.passed, "total": row.total,
+            "skipped": row.skipped,
+            "tests": [{k: v for k, v in t.items() if k != "event"} for t in row.tests]}
+
+
+def submission_dict(result: SubmissionResult) -> dict:
+    return {"name": result.name, "points": result.points, "max_points": result.max_points,
+            "all_done": result.all_done, "seconds": round(result.seconds, 2),
+            "environment": environment(result),
+            "exercises": [exercise_dict(r) for r in result.exercises]}
+
+
+def write_atomically(path: Path, data) -> None:
+    """Write JSON so that a reader (or a crash) never sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(handle, "w", encoding="utf-8") as out:
+        json.dump(data, out, indent=2)
+    os.replace(temporary, path)
+
+
+def json_report(results: list[SubmissionResult]) -> dict:
+    info = environment()
+    info["models"] = sorted({m for r in results for m in r.environment.get("models", [])})
+    return {"environment": info, "submissions": [submission_dict(r) for r in results]}
+
+
+# --------------------------------------------------------------------------- Gradescope
+
+
+def gradescope_results(result: SubmissionResult) -> dict:
+    """Gradescope's ``results.json``: a test entry per test, worth an equal share of its
+    exercise's points. Skipped tests are left out (they count neither for nor against); bonus
+    tests have ``max_score`` 0, so their points are extra credit."""
+    tests = []
+    for row in result.exercises:
+        exercise = row.exercise
+        share = exercise.points / row.total if row.total else 0.0
+        label = f"{exercise.id} {exercise.title}"
+        for number, test in enumerate(row.counted, start=1):
+            passed = test["outcome"] == "passed"
+            tests.append({
+                "name": f"{label}: {test['name']}", "number": f"{exercise.number}.{number}",
+                "score": round(share if passed else 0.0, 4),
+                "max_score": 0.0 if exercise.bonus else round(share, 4),
+                "status": "passed" if passed else "failed",
+                "output": test["message"] or ("passed" if passed else test["outcome"]),
+                "visibility": "visible",
+            })
+        if not row.counted:  # no test ran: one entry says why, worth the whole exercise
+            tests.append({"name": f"{label}: {row.status}", "number": f"{exercise.number}.0",
+                          "score": 0.0, "max_score": 0.0 if exercise.bonus else row.max_points,
+                          "status": "failed", "output": row.message or row.status,
+                          "visibility": "visible"})
+    lines = [f"{r.exercise.id} {r.exercise.title}: {r.status}, {r.passed}/{r.total} tests, "
+             f"{_points(r.points)}/{_points(r.max_points)} points"
+             + (f" ({r.skipped} skipped, counted neither for nor against)" if r.skipped else "")
+             for r in result.exercises]
+    info = environment(result)
+    lines.append(f"Graded with {describe_environment(info)}.")
+    return {"score": result.points, "execution_time": round(result.seconds, 1),
+            "output": "\n".join(lines), "visibility": "visible", "stdout_visibility": "hidden",
+            "tests": tests, "extra_data": info}
+
+
+def gradescope_path(target: Path, name: str, several: bool) -> Path:
+    """One submission: ``target`` itself; several: ``target/<name>.json``."""
+    return Path(target) / f"{name}.json" if several else Path(target)

@@ -1,0 +1,357 @@
+"""Running an implementation's tests in a child process that cannot hang, flood or kill the grader.
+
+:func:`run_tests` runs the test files of some exercises in one pytest process with the recorder
+plugin (:mod:`kata.grading.recorder`), and watches it:
+
+* a wall-clock limit per exercise: the clock of an exercise starts when its first test starts;
+  when it runs out, the whole process group is killed and the test that was running is recorded
+  as "timed out";
+* a memory limit (the address space, ``RLIMIT_AS``), set in the child just before it starts
+  pytest, so a runaway allocation fails inside the child with a ``MemoryError``;
+* pytest does not capture output and the child's standard output goes to ``/dev/null``, so
+  megabytes of prints cannot block, fill the memory or fill the disk; its standard error goes
+  to a file (never a pipe), where a crash leaves its traceback;
+* when the child dies (segfault, ``os._exit``, killed), the test that was running is recorded
+  as "crashed"; the rest of that exercise's tests are "not run"; and pytest is started again
+  for the remaining exercises, skipping every test already recorded.
+
+So each exercise gets an outcome for every one of its tests, whatever the code under test does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .recorder import shorten_paths
+
+POLL_SECONDS = 0.1
+#: How long pytest may take to start (imports, collection) before its first test.
+STARTUP_SECONDS = 90.0
+#: How long a finished session may take to exit (a learner's thread can keep it alive).
+EXIT_GRACE_SECONDS = 10.0
+#: torch threads per test process unless KATA_TORCH_THREADS says otherwise.
+DEFAULT_THREADS = 1
+
+# The child sets its own memory limit and then becomes pytest (exec), so the limit is in place
+# before any code under test runs. (subprocess's preexec_fn would do the same but is unsafe when
+# the grader runs several submissions from threads.)
+_LIMIT_THEN_EXEC = (
+    "import os, resource, sys\n"
+    "limit = int(sys.argv[1])\n"
+    "resource.setrlimit(resource.RLIMIT_AS, (limit, limit))\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+@dataclass
+class RunResult:
+    """Everything recorded about one implementation's tests."""
+
+    tests: list[dict] = field(default_factory=list)  # collected tests, in order
+    results: dict[str, dict] = field(default_factory=dict)  # nodeid -> result record
+    environment: dict = field(default_factory=dict)  # torch, transformers, device, models
+    # exercise id -> (status, why) for an exercise that has no recorded test at all
+    problems: dict[str, tuple[str, str]] = field(default_factory=dict)
+    processes: int = 0  # how many pytest processes it took
+
+
+def child_environment(root: Path, threads: int | None = None) -> dict[str, str]:
+    """The environment of a grading child: nothing from the caller changes which tests run.
+
+    torch runs on ``threads`` threads: by default ``KATA_TORCH_THREADS`` if set, else one. The
+    kata's forward passes are small, and several threads per process are far slower on a
+    crowded machine (grading the stubs on 2 cores: 13 s with one thread, 89 s with two).
+    """
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "KATA_IMPL", "PYTHONSTARTUP")}
+    env.update(
+        PYTHONPATH=str(root),
+        PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",
+        PYTHONDONTWRITEBYTECODE="1",
+        MPLBACKEND="Agg",
+    )
+    threads = str(threads or os.environ.get("KATA_TORCH_THREADS") or DEFAULT_THREADS)
+    env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, KATA_TORCH_THREADS=threads)
+    return env
+
+
+def start_child(command: list[str], cwd: Path, env: dict, log_dir: Path,
+                memory_limit_mb: int = 0, name: str = "run") -> subprocess.Popen:
+    """Start ``command`` in its own process group, its errors going to ``log_dir/<name>.err``.
+
+    Its standard output goes nowhere: pytest runs without capturing (``-s``), so whatever the
+    code under test prints, however much, costs neither memory nor disk.
+    """
+    if memory_limit_mb:
+        command = [sys.executable, "-c", _LIMIT_THEN_EXEC, str(memory_limit_mb * 2**20), *command]
+    with open(log_dir / f"{name}.err", "wb") as err:
+        return subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+
+
+def kill_group(process: subprocess.Popen) -> None:
+    """Kill the child and anything it started (it leads its own process group)."""
+    try:
+        if hasattr(os, "killpg"):
+            os.killpg(process.pid, signal.SIGKILL)
+        else:  # pragma: no cover - Windows has no process groups to kill
+            process.kill()
+    except (ProcessLookupError, PermissionError):
+        pass
+    process.wait()
+
+
+def tail(path: Path, chars: int = 4000) -> str:
+    """The end of a log file, however large the file grew."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, handle.seek(0, os.SEEK_END) - chars))
+            return handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+class _EventReader:
+    """Reads the complete JSON lines the recorder has written so far."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.offset = 0
+
+    def new_events(self) -> list[dict]:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return []
+        complete = data[: data.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        events = []
+        for line in complete.splitlines():
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                pass  # a line the child was killed in the middle of writing
+        return events
+
+
+@dataclass
+class _Process:
+    """What one pytest process did: its events, and how it ended."""
+
+    events: list[dict] = field(default_factory=list)
+    running: str | None = None  # nodeid of the test started but not finished
+    last_exercise: str | None = None
+    clock_start: float | None = None  # when the running exercise's first test started
+    finished_at: float | None = None  # when the session ended normally
+    ended: str = ""  # "", "timeout", "startup timeout" or "crash"
+    returncode: int | None = None
+    stderr: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.finished_at is not None
+
+    def apply(self, event: dict, exercise_of: dict[str, str]) -> None:
+        self.events.append(event)
+        kind = event["event"]
+        if kind == "collected":
+            exercise_of.update({t["nodeid"]: t["exercise"] for t in event["tests"]})
+        elif kind == "start":
+            self.running = event["nodeid"]
+            exercise = exercise_of.get(event["nodeid"])
+            if exercise != self.last_exercise or self.clock_start is None:
+                self.clock_start = time.monotonic()  # a new exercise: its clock starts
+            self.last_exercise = exercise
+        elif kind == "result":
+            self.running = None
+        elif kind == "end":
+            self.finished_at = time.monotonic()
+
+
+def _pytest_command(root: Path, files: list[str], impl: str, record: Path, deselect: Path,
+                    basetemp: Path) -> list[str]:
+    return [
+        sys.executable, "-m", "pytest", *files,
+        "-p", "kata.grading.recorder", "--kata-record", str(record),
+        "--kata-deselect", str(deselect), "--impl", impl,
+        "-c", str(root / "pyproject.toml"), "--rootdir", str(root), f"--basetemp={basetemp}",
+        "-p", "no:cacheprovider", "-q", "--capture=no", "--tb=short", "--color=no",
+        "--continue-on-collection-errors",  # one broken test file must not stop the others
+    ]
+
+
+def _watch(process: subprocess.Popen, reader: _EventReader, timeout: float,
+           exercise_of: dict[str, str]) -> _Process:
+    """Follow one pytest process until it ends or is killed; returns what happened."""
+    run = _Process()
+    started = time.monotonic()
+    while process.poll() is None:
+        for event in reader.new_events():
+            run.apply(event, exercise_of)
+        now = time.monotonic()
+        if run.finished:
+            if now - run.finished_at > EXIT_GRACE_SECONDS:
+                break  # results are complete; something keeps the process alive
+        elif run.clock_start is None and now - started > max(STARTUP_SECONDS, timeout):
+            run.ended = "startup timeout"
+            break
+        elif run.clock_start is not None and now - run.clock_start > timeout:
+            run.ended = "timeout"
+            break
+        time.sleep(POLL_SECONDS)
+    kill_group(process)  # the child if it still runs, and anything it left behind
+    run.returncode = process.returncode
+    for event in reader.new_events():  # the last lines it wrote
+        run.apply(event, exercise_of)
+    if not run.finished and not run.ended:
+        run.ended = "crash"
+    return run
+
+
+_FAULTHANDLER_FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
+
+
+def _crash_description(run: _Process, root: Path, impl: str) -> str:
+    code = run.returncode
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        how = f"the process was killed by {name}"
+        if name == "SIGSEGV":
+            how += " (a segmentation fault: memory accessed where it must not be)"
+        elif name == "SIGKILL":
+            how += " from outside, often for using too much memory"
+    else:
+        how = f"exited with status {code} in the middle of a test (os._exit or a crash in C code?)"
+    for filename, line, function in _FAULTHANDLER_FRAME.findall(run.stderr):
+        if f"{os.sep}{impl}{os.sep}" in filename:
+            filename = shorten_paths(filename, root)
+            how += f"; last line of your code: {filename}, line {line}, in {function}"
+            break
+    return how
+
+
+def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: float = 60.0,
+              memory_limit_mb: int = 0, threads: int | None = None) -> RunResult:
+    """Run the tests of ``exercises`` (manifest entries) on ``root/impl`` and record every outcome.
+
+    Args:
+        root: the kata folder whose tests, conftest and ``pyproject.toml`` are used.
+        exercises: the exercises to grade, in order.
+        impl: ``"exercises"`` or ``"solutions"``.
+        work_dir: where records and logs go (created).
+        timeout: wall-clock seconds allowed for each exercise's tests.
+        memory_limit_mb: address-space limit of the child in MiB; 0 for none.
+        threads: torch threads per child; None: ``KATA_TORCH_THREADS``, else one.
+    """
+    root, work_dir = Path(root), Path(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    result = RunResult()
+    exercise_of: dict[str, str] = {}
+    env = child_environment(root, threads)
+    pending = list(exercises)
+    while pending:
+        result.processes += 1
+        n = result.processes
+        record, deselect = work_dir / f"record-{n}.jsonl", work_dir / f"deselect-{n}.json"
+        deselect.write_text(json.dumps(sorted(result.results)), encoding="utf-8")
+        command = _pytest_command(root, [e.tests for e in pending], impl, record, deselect,
+                                  work_dir / f"tmp-{n}")
+        process = start_child(command, root, env, work_dir, memory_limit_mb, name=f"pytest-{n}")
+        run = _watch(process, _EventReader(record), timeout, exercise_of)
+        run.stderr = tail(work_dir / f"pytest-{n}.err")
+        _collect(result, run)
+        if run.finished:
+            _mark_unrecorded(result, pending, "not run",
+                             "the test session ended before this test ran")
+            _note_collection_problems(result, run, pending)
+            break
+        culprit_exercise = _record_abnormal_end(result, run, pending, root, impl, timeout)
+        if culprit_exercise is None:
+            break  # nothing ran at all: every remaining test got the same explanation
+        pending = [e for e in pending if e.id != culprit_exercise
+                   and any(t["exercise"] == e.id and t["nodeid"] not in result.results
+                           for t in result.tests)]
+    return result
+
+
+def _collect(result: RunResult, run: _Process) -> None:
+    for event in run.events:
+        kind = event["event"]
+        if kind == "session":
+            result.environment.update({k: event[k] for k in ("torch", "transformers", "device")})
+        elif kind == "collected":
+            known = {t["nodeid"] for t in result.tests}
+            result.tests += [t for t in event["tests"] if t["nodeid"] not in known]
+        elif kind == "result":
+            result.results[event["nodeid"]] = event
+        elif kind == "models":
+            models = set(result.environment.get("models", [])) | set(event["models"])
+            result.environment["models"] = sorted(models)
+
+
+def _placeholder(test: dict, outcome: str, message: str) -> dict:
+    return {"event": "result", "nodeid": test["nodeid"], "exercise": test["exercise"],
+            "name": test["name"], "outcome": outcome, "message": message, "where": "",
+            "stub": False, "import_error": False, "memory": False, "duration": 0.0}
+
+
+def _mark_unrecorded(result: RunResult, exercises: list, outcome: str, message: str) -> None:
+    ids = {e.id for e in exercises}
+    for test in result.tests:
+        if test["exercise"] in ids and test["nodeid"] not in result.results:
+            result.results[test["nodeid"]] = _placeholder(test, outcome, message)
+
+
+def _note_collection_problems(result: RunResult, run: _Process, pending: list) -> None:
+    """An exercise with no collected test at all (a broken or missing test file)."""
+    errors = [e["message"] for e in run.events if e["event"] == "collect_error"]
+    for exercise in pending:
+        if not any(t["exercise"] == exercise.id for t in result.tests):
+            detail = errors[0] if errors else run.stderr.strip()[-600:] or "no test found"
+            why = f"no tests collected from {exercise.tests}: {detail}"
+            result.problems[exercise.id] = "error", why
+
+
+def _record_abnormal_end(result: RunResult, run: _Process, pending: list, root: Path,
+                         impl: str, timeout: float) -> str | None:
+    """Record the crash or timeout; return the exercise it happened in (None: before any test)."""
+    timed_out = run.ended in ("timeout", "startup timeout")
+    outcome = "timed out" if timed_out else "crashed"
+    if run.ended == "startup timeout":
+        why = f"pytest did not start its first test within {max(STARTUP_SECONDS, timeout):g} s"
+    elif timed_out:
+        why = f"stopped after {timeout:g} s: an endless loop, or far too slow"
+    else:
+        why = _crash_description(run, root, impl)
+    culprit = run.running
+    exercise = exercise_of_test(result, culprit) if culprit else run.last_exercise
+    if culprit:
+        test = next(t for t in result.tests if t["nodeid"] == culprit)
+        result.results[culprit] = _placeholder(test, outcome, f"{outcome}: {why}")
+    if exercise is None:  # it died before running any test of this run
+        detail = why if timed_out else f"{why}\n{run.stderr.strip()[-800:]}"
+        message = f"the test process {outcome} before any test ran: {detail}"
+        result.problems.update({e.id: (outcome, message) for e in pending})
+        _mark_unrecorded(result, pending, outcome, message)
+        return None
+    name = culprit.rsplit("::", 1)[-1] if culprit else "between two tests"
+    _mark_unrecorded(result, [e for e in pending if e.id == exercise], "not run",
+                     f"not run: the test process {outcome} in {name}")
+    return exercise
+
+
+def exercise_of_test(result: RunResult, nodeid: str) -> str | None:
+    return next((t["exercise"] for t in result.tests if t["nodeid"] == nodeid), None)

@@ -1,0 +1,211 @@
+"""Grading the kata in place (learners), and learners' submissions in isolation (instructors).
+
+A submission is a folder holding a copy of the kata, or a folder holding just ``exercises/`` (or
+the exercise files themselves), or a zip of any of these. Only the exercise files the manifest
+names are taken from it; they are copied into a fresh temporary copy of the instructor's kata
+(``kata/``, ``tests/``, ``conftest.py``, ``pyproject.toml``, ``grader.py``), so nothing else a
+submission ships (its own conftest.py, pytest.ini, tests/ or solutions/) can change which tests
+run or how they are scored. The reference solutions are not copied in, so submitted code cannot
+import them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import traceback
+import zipfile
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Callable
+
+from kata.manifest import Exercise
+
+from .results import ExerciseResult, SubmissionResult, summarize
+from .runner import run_tests
+
+#: What a sandbox takes from the instructor's kata.
+SANDBOX_ITEMS = ("kata", "tests", "conftest.py", "pyproject.toml", "grader.py")
+MAX_FILE_BYTES = 1_000_000
+MAX_SEARCH_DEPTH = 5
+_IGNORED_DIRS = {"__MACOSX", "__pycache__", "node_modules"}
+_NEVER_FROM = {"solutions", "tests"}  # exercise files found under these are not the learner's
+
+
+@dataclass
+class GradingOptions:
+    timeout: float = 60.0  # wall-clock seconds per exercise
+    memory_limit_mb: int = 0  # address-space limit per test process; 0 for none
+    threads: int | None = None  # torch threads per test process (None: see child_environment)
+    keep: bool = False  # keep the temporary sandboxes (for debugging)
+
+
+def prepare_shared_model_cache() -> None:
+    """Convert SmolLM2 once, here, so that parallel graders never convert it concurrently."""
+    from kata.models import ModelNotAvailable, load_model, smollm2_cache_path
+
+    if smollm2_cache_path().is_dir():
+        return
+    try:
+        load_model("smollm2", device="cpu")
+    except ModelNotAvailable:
+        pass  # the tests that need it fail with the install command
+
+
+# --------------------------------------------------------------------------- learners
+
+
+def grade_in_place(root: Path, exercises: list[Exercise], impl: str,
+                   options: GradingOptions) -> SubmissionResult:
+    """Grade ``root/impl`` (the learner's ``exercises/`` or the ``solutions/``) where it is."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="kata-grade-") as work:
+        run = run_tests(root, exercises, impl, Path(work), options.timeout,
+                        options.memory_limit_mb, options.threads)
+    return summarize(exercises, run, name=impl, seconds=time.monotonic() - started)
+
+
+# --------------------------------------------------------------------------- finding files
+
+
+def _folder_listing(folder: Path) -> dict[str, tuple[int, Callable[[], bytes]]]:
+    listing = {}
+    for directory, subdirs, files in os.walk(folder):
+        here = Path(directory)
+        depth = len(here.relative_to(folder).parts)
+        subdirs[:] = [] if depth >= MAX_SEARCH_DEPTH else [
+            d for d in subdirs if d not in _IGNORED_DIRS and not d.startswith(".")
+            and not (here / d).is_symlink()]
+        for name in files:
+            path = here / name
+            if name.endswith(".py") and not path.is_symlink():
+                relative = path.relative_to(folder).as_posix()
+                listing[relative] = (path.stat().st_size, path.read_bytes)
+    return listing
+
+
+def _zip_listing(archive: zipfile.ZipFile) -> dict[str, tuple[int, Callable[[], bytes]]]:
+    return {info.filename: (info.file_size, lambda info=info: archive.read(info))
+            for info in archive.infolist()
+            if not info.is_dir() and info.filename.endswith(".py")
+            and not _IGNORED_DIRS & set(PurePosixPath(info.filename).parts)}
+
+
+def _choose(listing: dict, module: str) -> str | None:
+    """The learner's ``<module>.py``: in a folder named exercises/ if there is one, else the
+    shallowest; never one under solutions/ or tests/."""
+    candidates = [p for p in listing if PurePosixPath(p).name == f"{module}.py"
+                  and not _NEVER_FROM & set(PurePosixPath(p).parts[:-1])]
+    candidates.sort(key=lambda p: (PurePosixPath(p).parent.name != "exercises",
+                                   len(PurePosixPath(p).parts), p))
+    return candidates[0] if candidates else None
+
+
+def exercise_files(submission: Path, exercises: list[Exercise]):
+    """``({module: source bytes}, {exercise id: why it is missing})`` for one submission."""
+    files, missing = {}, {}
+
+    def take(listing):
+        for exercise in exercises:
+            chosen = _choose(listing, exercise.module)
+            if chosen is None:
+                missing[exercise.id] = f"the submission has no {exercise.module}.py"
+                continue
+            size, read = listing[chosen]
+            if size > MAX_FILE_BYTES:
+                missing[exercise.id] = f"{chosen} is larger than {MAX_FILE_BYTES // 1000} kB"
+            else:
+                files[exercise.module] = read()
+
+    if submission.is_dir():
+        take(_folder_listing(submission))
+    elif zipfile.is_zipfile(submission):
+        with zipfile.ZipFile(submission) as archive:
+            take(_zip_listing(archive))
+    else:
+        why = "does not exist" if not submission.exists() else "is not a folder or a zip file"
+        missing.update({e.id: f"{submission.name} {why}" for e in exercises})
+    return files, missing
+
+
+def build_sandbox(instructor_root: Path, target: Path, files: dict[str, bytes]) -> None:
+    """A fresh copy of the instructor's kata at ``target`` with the learner's exercise files."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
+    for item in SANDBOX_ITEMS:
+        source = instructor_root / item
+        if source.is_dir():
+            shutil.copytree(source, target / item, ignore=ignore)
+        elif source.is_file():
+            shutil.copy2(source, target / item)
+    (target / "exercises").mkdir()
+    package = Path("exercises") / "__init__.py"
+    shutil.copy2(instructor_root / package, target / package)
+    for module, source in files.items():
+        (target / "exercises" / f"{module}.py").write_bytes(source)
+
+
+# --------------------------------------------------------------------------- instructors
+
+
+def submission_names(paths: list[Path]) -> list[str]:
+    """A unique, readable name per submission: the folder name or the zip's stem."""
+    names, seen = [], {}
+    for path in paths:
+        base = (path.stem if path.suffix == ".zip" else path.name) or "submission"
+        seen[base] = seen.get(base, 0) + 1
+        names.append(base if seen[base] == 1 else f"{base}-{seen[base]}")
+    return names
+
+
+def grade_submission(path: Path, name: str, instructor_root: Path, exercises: list[Exercise],
+                     options: GradingOptions) -> SubmissionResult:
+    started = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix=f"kata-grade-{name[:40]}-"))
+    try:
+        files, missing = exercise_files(path, exercises)
+        sandbox = work / "kata"
+        build_sandbox(instructor_root, sandbox, files)
+        to_run = [e for e in exercises if e.id not in missing]
+        run = run_tests(sandbox, to_run, "exercises", work / "logs", options.timeout,
+                        options.memory_limit_mb, options.threads)
+        return summarize(exercises, run, missing, name, time.monotonic() - started)
+    finally:
+        if not options.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _grader_failure(name: str, exercises: list[Exercise], error: BaseException) -> SubmissionResult:
+    """Whatever went wrong, the submission still gets a row, and the batch goes on."""
+    message = "the grader itself failed on this submission: " + "".join(
+        traceback.format_exception_only(type(error), error)).strip()
+    return SubmissionResult(name, [ExerciseResult(e, "error", [], message) for e in exercises])
+
+
+def grade_batch(paths: list[Path], instructor_root: Path, exercises: list[Exercise],
+                options: GradingOptions, jobs: int = 1,
+                on_result: Callable[[SubmissionResult], None] | None = None,
+                ) -> list[SubmissionResult]:
+    """Grade every submission, ``jobs`` at a time; ``on_result`` sees each one as it finishes.
+
+    Results come back in the order of ``paths``. One submission's failure never stops the rest.
+    """
+    prepare_shared_model_cache()
+    names = submission_names(paths)
+    results: dict[str, SubmissionResult] = {}
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {
+            pool.submit(grade_submission, path, name, instructor_root, exercises, options): name
+            for path, name in zip(paths, names)
+        }
+        for future in as_completed(futures):
+            name = futures[future]
+            try:
+                results[name] = future.result()
+            except Exception as error:  # noqa: BLE001 - a grader bug must not stop the batch
+                results[name] = _grader_failure(name, exercises, error)
+            if on_result is not None:
+                on_result(results[name])
+    return [results[name] for name in names]

@@ -1,0 +1,385 @@
+"""The grader: statuses, points, hints, reports, and robustness against hostile submissions.
+
+Most tests grade a *toy kata* built in a temporary folder: the real kata package, conftest,
+pyproject and manifest (so the same exercise ids, points, hints and function names, however many
+exercises the manifest lists), but each exercise's functions are one-liners with one fast test
+each. The grading machinery is exactly the real one; only the tests are quicker than the real
+exercises' model-based tests. One batch of synthetic submissions (solutions with one function
+broken in each exercise, see ``kata.grading.synthetic``) is graded once per module by the real
+command line, with a small timeout and two jobs, and each kind of fault is checked separately.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from kata.grading import learner, reports, synthetic
+from kata.grading.results import exercise_status
+from kata.grading.submissions import GradingOptions, exercise_files, grade_in_place
+from kata.manifest import load_manifest
+
+REPO = Path(__file__).resolve().parents[2]
+EXERCISES = load_manifest()
+CORE_POINTS = sum(e.points for e in EXERCISES if not e.bonus)
+ALL_POINTS = sum(e.points for e in EXERCISES)  # bonus points are extra credit
+BATCH_TIMEOUT = 5  # seconds per exercise: the toy tests take milliseconds
+BATCH_MEMORY_MB = 3000  # the "memory" fault asks for 6 GiB
+
+pytestmark = pytest.mark.maintainer
+
+
+# --------------------------------------------------------------------------- the toy kata
+
+
+def _toy_module(exercise, stub: bool) -> str:
+    lines = [f'"""Toy {exercise.id}: each function adds its position to x."""\n']
+    for k, name in enumerate(exercise.functions):
+        body = "raise NotImplementedError" if stub else f"return x + {k}"
+        lines.append(f"\ndef {name}(x):\n    \"\"\"x + {k}.\"\"\"\n    {body}\n")
+    return "".join(lines)
+
+
+def _toy_tests(exercise) -> str:
+    """One test per function, and more for the first one (where faults are planted). Each calls
+    its function 20 times, as real tests call a function often: the "prints" fault then prints
+    2.8 GB in all, which must cost neither memory nor much time."""
+    first = exercise.functions[0]
+    lines = ["import pytest\n"]
+    for k, name in enumerate(exercise.functions):
+        lines.append(f"\n\ndef test_{name}(ex):\n"
+                     f"    value = [ex.{name}(1) for _ in range(20)][-1]\n"
+                     f"    assert value == {1 + k}, "
+                     f"f\"{name}(1) should be {1 + k}, got {{value}}\"\n")
+    lines.append(f"\n\n@pytest.mark.parametrize('x', range(6))\n"
+                 f"def test_{first}_again(ex, x):\n"
+                 f"    assert [ex.{first}(x) for _ in range(20)][-1] == x\n")
+    lines.append("\n\ndef test_needs_gpt2():\n    pytest.skip('needs GPT-2, not in the cache')\n")
+    return "".join(lines)
+
+
+def build_toy_kata(target: Path) -> Path:
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(REPO / "kata", target / "kata", ignore=ignore)
+    for name in ("conftest.py", "pyproject.toml", "grader.py"):
+        shutil.copy2(REPO / name, target / name)
+    for folder in ("exercises", "solutions", "tests"):
+        (target / folder).mkdir()
+        (target / folder / "__init__.py").write_text("")
+    for exercise in EXERCISES:
+        (target / exercise.source("exercises")).write_text(_toy_module(exercise, stub=True))
+        (target / exercise.source("solutions")).write_text(_toy_module(exercise, stub=False))
+        (target / exercise.tests).parent.mkdir(parents=True, exist_ok=True)
+        (target / exercise.tests).write_text(_toy_tests(exercise))
+    return target
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory) -> Path:
+    return build_toy_kata(tmp_path_factory.mktemp("toy") / "kata")
+
+
+# --------------------------------------------------------------------------- one graded batch
+
+FAULTS = ["loop", "sys_exit", "os_exit", "segfault", "memory", "prints", "syntax_error",
+          "import_error", "imports_solutions", "wrong", "stub_one", "missing"]
+LAYOUTS = ["repo", "zip", "exercises", "flat"]
+
+
+def _plan() -> list[tuple[str, dict, str, bool]]:
+    """(name, {exercise id: kind}, layout, ships hostile extras) for every submission.
+
+    The last faulty submission also ships a conftest.py that passes every test, a pytest.ini
+    that deselects every test, its own tests/ and solutions/, and a manifest worth 1000 points.
+    """
+    spread = synthetic.spread(FAULTS, EXERCISES)
+    plan = [(f"faults{i}", kinds, LAYOUTS[i % len(LAYOUTS)], i == len(spread) - 1)
+            for i, kinds in enumerate(spread)]
+    plan.append(("correct", {}, "zip", False))
+    return plan
+
+
+@pytest.fixture(scope="module")
+def batch(toy, tmp_path_factory):
+    """Grade every planned submission once, through ``grader.py``, and load what it wrote."""
+    folder = tmp_path_factory.mktemp("submissions")
+    paths = [synthetic.make_submission(toy, folder / name, kinds, EXERCISES, layout, extras)
+             for name, kinds, layout, extras in _plan()]
+    paths.append(folder / "does-not-exist")
+    out = tmp_path_factory.mktemp("results")
+    started = time.monotonic()
+    process = subprocess.run(
+        [sys.executable, str(toy / "grader.py"), "--submissions", *map(str, paths), "-j", "2",
+         "--timeout", str(BATCH_TIMEOUT), "--memory-limit", str(BATCH_MEMORY_MB),
+         "--csv", str(out / "grades.csv"), "--json", str(out / "grades.json"),
+         "--gradescope", str(out / "gradescope")],
+        cwd=toy, capture_output=True, text=True, timeout=300)
+    seconds = time.monotonic() - started
+    assert process.returncode == 0, process.stdout[-2000:] + process.stderr[-3000:]
+    data = json.loads((out / "grades.json").read_text())
+    return {"out": out, "stdout": process.stdout, "seconds": seconds,
+            "submissions": {s["name"]: s for s in data["submissions"]}, "json": data}
+
+
+def _cases():
+    for name, kinds, _, extras in _plan():
+        for exercise in EXERCISES:
+            yield pytest.param(name, exercise.id, kinds.get(exercise.id, "correct"),
+                               id=f"{name}-{exercise.id}-{kinds.get(exercise.id, 'correct')}")
+
+
+def _toy_expected(kind: str, exercise) -> tuple[str, ...]:
+    """In the toy kata each test calls one function, so a fault in the first function leaves
+    the others passing, unless the exercise has only that function."""
+    if kind in ("sys_exit", "stub_one"):
+        if len(exercise.functions) > 1:
+            return ("in progress",)
+        return ("failing",) if kind == "sys_exit" else ("not started",)
+    return synthetic.EXPECTED_STATUS[kind]
+
+
+@pytest.mark.parametrize("name, exercise_id, kind", list(_cases()))
+def test_each_kind_of_submission_gets_its_own_clear_status(batch, name, exercise_id, kind):
+    row = next(r for r in batch["submissions"][name]["exercises"] if r["id"] == exercise_id)
+    exercise = next(e for e in EXERCISES if e.id == exercise_id)
+    assert row["status"] in _toy_expected(kind, exercise), (
+        f"{name} {exercise_id} ({kind}) graded {row['status']!r}: {row['message']}")
+    failures = [t["message"] for t in row["tests"] if t["outcome"] != "passed"]
+    words = synthetic.EXPECTED_WORDS.get(kind)
+    if words:
+        text = "\n".join([row["message"], *failures])
+        assert words in text, f"{name} {exercise_id} ({kind}): {words!r} not in {text!r}"
+    if kind in ("correct", "prints"):
+        assert row["points"] == row["max_points"]
+
+
+def test_a_submission_cannot_change_which_tests_run_or_their_points(batch):
+    name, kinds, _, extras = _plan()[-2]
+    assert extras
+    hostile = batch["submissions"][name]
+    correct = batch["submissions"]["correct"]
+    assert hostile["max_points"] == correct["max_points"] == CORE_POINTS
+    for mine, theirs in zip(hostile["exercises"], correct["exercises"]):
+        if kinds.get(mine["id"], "correct") != "missing":  # the instructor's tests, all of them
+            assert [t["nodeid"] for t in mine["tests"]] == [t["nodeid"] for t in theirs["tests"]]
+        assert mine["max_points"] == theirs["max_points"]
+    assert (correct["points"], correct["max_points"]) == (ALL_POINTS, CORE_POINTS)
+
+
+def test_an_unreadable_submission_still_gets_a_row(batch):
+    row = batch["submissions"]["does-not-exist"]
+    assert {e["status"] for e in row["exercises"]} == {"missing"}
+    assert "does not exist" in row["exercises"][0]["message"]
+
+
+def test_csv_has_one_row_per_submission(batch):
+    with open(batch["out"] / "grades.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert sorted(r["name"] for r in rows) == sorted(batch["submissions"])
+    correct = next(r for r in rows if r["name"] == "correct")
+    assert correct["all_done"] == "True"
+    assert (float(correct["total"]), float(correct["max"])) == (ALL_POINTS, CORE_POINTS)
+    assert all(f"{e.id}_status" in rows[0] for e in EXERCISES)
+
+
+def test_gradescope_file_per_submission(batch):
+    for name, submission in batch["submissions"].items():
+        data = json.loads((batch["out"] / "gradescope" / f"{name}.json").read_text())
+        assert data["score"] == submission["points"]
+        assert {t["status"] for t in data["tests"]} <= {"passed", "failed"}
+        keys = {"name", "score", "max_score", "output", "visibility"}
+        assert all(keys <= set(test) for test in data["tests"])
+        core_max = sum(t["max_score"] for t in data["tests"])
+        assert core_max == pytest.approx(submission["max_points"], abs=0.01)
+        assert {"torch", "transformers", "device", "models"} <= set(data["extra_data"])
+    skipped = json.loads((batch["out"] / "gradescope" / "correct.json").read_text())
+    assert not any("needs_gpt2" in t["name"] for t in skipped["tests"])  # skips count for nothing
+
+
+def test_results_record_versions_model_and_device(batch):
+    environment = batch["submissions"]["correct"]["environment"]
+    assert environment["torch"] and environment["transformers"] and environment["device"]
+
+
+def test_the_batch_is_fast_enough(batch):
+    print(f"graded {len(batch['submissions'])} submissions in {batch['seconds']:.1f} s")
+    assert batch["seconds"] < 120
+
+
+# --------------------------------------------------------------------------- learners
+
+
+@pytest.fixture(scope="module")
+def learner_results(toy, tmp_path_factory):
+    """Graded at the same time: the toy's stubs, its solutions, and a "mixed" copy where the first
+    exercise does not import, the second's test file does not collect, the last has one wrong
+    function and any others are solved."""
+    work = build_toy_kata(tmp_path_factory.mktemp("learner") / "kata")
+    for exercise in EXERCISES:
+        shutil.copy2(work / exercise.source("solutions"), work / exercise.source("exercises"))
+    first, last = EXERCISES[0], EXERCISES[-1]
+    broken = work / first.source("exercises")
+    broken.write_text(broken.read_text() + "\n\ndef broken(:\n    pass\n")
+    wrong = work / last.source("exercises")
+    wrong.write_text(wrong.read_text() + f"\n\ndef {last.functions[-1]}(x):\n    return x + 100\n")
+    (work / EXERCISES[1].tests).write_text("def test_(:\n")  # a test file that does not collect
+    jobs = {"stubs": (toy, "exercises"), "solutions": (toy, "solutions"),
+            "mixed": (work, "exercises")}
+    options = GradingOptions(timeout=30)
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        futures = {key: pool.submit(grade_in_place, root, EXERCISES, impl, options)
+                   for key, (root, impl) in jobs.items()}
+    results = {key: future.result() for key, future in futures.items()}
+    results["broken line"] = len(broken.read_text().splitlines()) - 1
+    results["work"] = work
+    return results
+
+
+def test_learner_view_on_stubs_and_solutions(learner_results):
+    stubs = reports.learner_report(learner_results["stubs"], {}, "title")
+    first = EXERCISES[0]
+    for exercise in EXERCISES:
+        assert f"{exercise.id:<4}{exercise.title}" in stubs
+    assert stubs.count("not started") >= len(EXERCISES) and not learner_results["stubs"].all_done
+    assert f"Next: {first.id} {first.title}" in stubs
+    assert f"hint 1 of {len(first.hints)}: {first.hints[0]}" in stubs
+    solved = reports.learner_report(learner_results["solutions"], {}, "title")
+    assert learner_results["solutions"].all_done
+    assert solved.count(" done ") == len(EXERCISES)
+    assert "All exercises are done" in solved
+
+
+def test_learner_sees_the_first_failure_or_the_import_error(learner_results):
+    result = learner_results["mixed"]
+    first, last = EXERCISES[0], EXERCISES[-1]
+    statuses = {r.exercise.id: r.status for r in result.exercises}
+    assert statuses[first.id] == "error"
+    assert (f"{first.source('exercises')} does not import (line {learner_results['broken line']})"
+            in result.exercises[0].message)
+    assert statuses[last.id] == ("in progress" if len(last.functions) > 1 else "failing")
+    assert all(statuses[e.id] == "done" for e in EXERCISES[2:-1])
+    assert statuses[EXERCISES[1].id] == "error"
+    assert f"no tests collected from {EXERCISES[1].tests}" in result.exercises[1].message
+    text = reports.next_step(result, {})
+    assert text.startswith(f"Next: {first.id}") and "SyntaxError" in text
+    for row in result.exercises[:-1]:
+        row.status = "done"  # as if fixed: the next step moves on to the last one
+    text = reports.next_step(result, {last.id: 2})
+    k = len(last.functions) - 1
+    assert f"first failing test: test_{last.functions[-1]}" in text
+    assert f"{last.functions[-1]}(1) should be {1 + k}, got 101" in text
+    assert f"hint 2 of {len(last.hints)}: {last.hints[1]}" in text
+    assert "Traceback" not in text and str(learner_results["work"]) not in text
+
+
+def test_learner_command_line_hint_and_exit_status(toy, capsys):
+    from kata.grading.cli import main
+
+    assert main(["--hint", EXERCISES[0].id], root=toy) == 0
+    assert EXERCISES[0].hints[0] in capsys.readouterr().out
+    assert learner.hint_levels(toy) == {EXERCISES[0].id: 1}
+
+
+def test_hints_come_one_level_at_a_time(tmp_path):
+    exercise = EXERCISES[1]
+    shown = [learner.reveal_next_hint(tmp_path, exercise) for _ in range(len(exercise.hints) + 1)]
+    assert exercise.hints[0] in shown[0] and exercise.hints[1] not in shown[0]
+    assert exercise.hints[1] in shown[1]
+    assert "last hint" in shown[-1]
+    assert learner.hint_levels(tmp_path) == {exercise.id: len(exercise.hints)}
+    assert learner.find_exercise(EXERCISES, str(exercise.number)) is exercise
+    assert learner.find_exercise(EXERCISES, exercise.id) is exercise
+    with pytest.raises(SystemExit, match="no exercise"):
+        learner.find_exercise(EXERCISES, "99")
+
+
+def test_watch_notices_a_saved_file(toy):
+    before = learner.snapshot(toy, EXERCISES, "exercises")
+    path = toy / EXERCISES[0].source("exercises")
+    time.sleep(0.01)
+    path.write_text(path.read_text())
+    stat = path.stat()
+    os.utime(path, (stat.st_atime, stat.st_mtime + 5))
+    assert learner.snapshot(toy, EXERCISES, "exercises") != before
+
+
+# --------------------------------------------------------------------------- the parts
+
+
+def _record(outcome="failed", **facts):
+    return {"nodeid": "t", "name": "t", "exercise": "ex1", "outcome": outcome, "message": "m",
+            "stub": False, "import_error": False, "memory": False, **facts}
+
+
+@pytest.mark.parametrize("records, status", [
+    ([_record("passed"), _record("passed")], "done"),
+    ([_record(stub=True), _record(stub=True)], "not started"),
+    ([_record(stub=True), _record()], "failing"),
+    ([_record("passed"), _record(stub=True)], "in progress"),
+    ([_record("passed"), _record("skipped")], "done"),
+    ([_record("error", import_error=True)], "error"),
+    ([_record("passed"), _record("timed out"), _record("not run")], "timed out"),
+    ([_record("passed"), _record("crashed")], "crashed"),
+    ([_record("passed"), _record(memory=True)], "out of memory"),
+])
+def test_statuses_from_outcomes(records, status):
+    assert exercise_status(records)[0] == status
+
+
+def test_points_are_proportional_and_skips_count_for_nothing(toy):
+    from kata.grading.results import ExerciseResult
+
+    row = ExerciseResult(EXERCISES[0], "in progress",
+                         [_record("passed"), _record(), _record("skipped"), _record("passed")])
+    assert (row.passed, row.total, row.skipped) == (2, 3, 1)
+    assert row.points == round(EXERCISES[0].points * 2 / 3, 2)
+
+
+def test_bonus_points_are_extra_credit(toy):
+    from dataclasses import replace
+
+    from kata.grading.results import ExerciseResult, SubmissionResult
+
+    bonus = replace(EXERCISES[0], id="ex9", bonus=True)
+    rows = [ExerciseResult(e, "done", [_record("passed")]) for e in EXERCISES]
+    unfinished_bonus = ExerciseResult(bonus, "not started", [_record(stub=True)])
+    result = SubmissionResult("x", rows + [unfinished_bonus])
+    assert result.all_done  # an unfinished bonus does not stop "all done"
+    assert result.max_points == CORE_POINTS
+    gradescope = reports.gradescope_results(result)
+    assert [t["max_score"] for t in gradescope["tests"] if t["name"].startswith("ex9")] == [0.0]
+
+
+def test_only_the_learners_exercise_files_are_taken(tmp_path):
+    folder = tmp_path / "sub"
+    for exercise in EXERCISES:
+        for where in ("exercises", "solutions", "tests", "deep/er"):
+            (folder / where).mkdir(parents=True, exist_ok=True)
+            (folder / where / f"{exercise.module}.py").write_text(f"# {where}\n")
+    files, missing = exercise_files(folder, EXERCISES)
+    assert not missing
+    assert all(source == b"# exercises\n" for source in files.values())
+    shutil.rmtree(folder / "exercises")
+    files, _ = exercise_files(folder, EXERCISES)
+    assert all(source == b"# deep/er\n" for source in files.values())  # never solutions/ or tests/
+
+
+def test_figures_are_drawn_from_finished_functions_only(tmp_path, capsys, tiny_gpt2):
+    from kata.grading import figures
+
+    written = figures.draw_all(tmp_path / "solutions", "solutions", "tiny-gpt2", set(), tiny_gpt2)
+    assert written == len(figures.RECIPES)
+    assert sorted(p.name for p in (tmp_path / "solutions").iterdir()) == sorted(
+        r.filename for r in figures.RECIPES)
+    capsys.readouterr()
+    assert figures.draw_all(tmp_path / "stubs", "exercises", "tiny-gpt2", {"ex1"}, tiny_gpt2) == 0
+    assert capsys.readouterr().out.count("not written yet") == len(figures.RECIPES)
