@@ -38,22 +38,23 @@ MISTAKES = catalogue()
 class FailureCollector:
     """A pytest plugin object that keeps every failed test's name and message.
 
-    The run stops at the first failure that names the mistake: the rest could only confirm it.
+    Once a failure names the mistake, the remaining tests are passed over: they could only
+    confirm it.
     """
 
     def __init__(self, words: str):
         self.words = words
         self.failures: dict[str, str] = {}
-        self.session = None
+        self.named = False
 
-    def pytest_sessionstart(self, session):
-        self.session = session
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        return True if self.named else None  # True: "handled", the test does not run
 
     def pytest_runtest_logreport(self, report):
         if report.failed:  # keep every phase: a leaked hook is reported at teardown
             self.failures[report.nodeid] = self.failures.get(report.nodeid, "") + report.longreprtext
-            if self.words in report.longreprtext:
-                self.session.shouldstop = "the mistake was caught and named"
+            self.named = self.named or self.words in report.longreprtext
 
 
 def run_tests_with_mistake(mistake: Mistake, rootpath, tmp_path) -> FailureCollector:
@@ -68,11 +69,12 @@ def run_tests_with_mistake(mistake: Mistake, rootpath, tmp_path) -> FailureColle
             [
                 str(rootpath / exercise.tests), "--impl", "solutions", *selection,
                 f"--kata-patch={mistake.exercise}={patch}",
-                "-q", "-p", "no:cacheprovider", "--tb=short", "-o", "addopts=",
+                "-q", "-p", "no:cacheprovider", "-p", "no:unraisableexception",
+                "--tb=native", "-o", "addopts=",
             ],
             plugins=[collector],
         )
-        if collector.session.shouldstop:
+        if collector.named:
             break
     return collector
 

@@ -24,7 +24,7 @@ def stub_results(request, tmp_path_factory):
     report = tmp_path_factory.mktemp("stubs") / "junit.xml"
     command = [
         sys.executable, "-m", "pytest", *[e.tests for e in EXERCISES],
-        "--impl", "exercises", "-p", "no:cacheprovider", "-q", f"--junitxml={report}",
+        "--impl", "exercises", "-p", "no:cacheprovider", "-q", "--tb=native", f"--junitxml={report}",
     ]
     run = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=600)
     assert report.exists(), f"pytest did not run:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
