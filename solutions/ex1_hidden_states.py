@@ -234,7 +234,8 @@ def plot_token_activations(hidden_states: torch.Tensor, token_index: int, token_
     variance_ax.set_title("Variance of the activations")
 
     for ax in (dots_ax, variance_ax):
-        ax.set_xticks(layers, _layer_names(n_hidden))
+        # GPT-2's 13 names fit side by side; SmolLM2's 31 need to stand upright.
+        ax.set_xticks(layers, _layer_names(n_hidden), rotation=90 if n_hidden > 16 else 0)
         ax.set_xlabel("Layer")
     fig.suptitle(f"Hidden states of token {token_label!r} (index {token_index})")
     fig.tight_layout()
