@@ -20,6 +20,7 @@ learner loop:
   python grader.py                 where you stand, the next failing test and a hint
   python grader.py --hint 2        the next hint for exercise 2 (one more each time)
   python grader.py --watch         re-grade every time you save an exercise file
+  python grader.py --watch --warm  re-run the saved exercise's tests in a warm process (fastest)
   python grader.py --figures figures   draw the post's figures with your functions
 
 instructors:
@@ -44,6 +45,10 @@ def parse_args(argv):
                             "gpt2, smollm2, tiny-gpt2")
     learn.add_argument("--watch", action="store_true",
                        help="re-grade whenever a file in exercises/ changes (Ctrl-C stops)")
+    learn.add_argument("--warm", action="store_true",
+                       help="with --watch: keep one process with the models loaded and re-run "
+                            "only the saved exercise's tests in it (feedback in about a second; "
+                            "no time limit: Ctrl-C stops an endless loop)")
     teach = parser.add_argument_group("instructors")
     teach.add_argument("--submissions", metavar="PATH", nargs="+", type=Path,
                        help="grade these submissions (folders or zips) in isolation")
@@ -85,6 +90,10 @@ def learner_mode(args, root: Path, exercises) -> int:
     if args.hint:
         print(learner.reveal_next_hint(root, learner.find_exercise(exercises, args.hint)))
         return 0
+    if args.watch and args.warm:
+        from .warm import watch
+
+        return watch(root, exercises, args.impl)
     options = _options(args, batch=False)
     prepare_shared_model_cache()
 

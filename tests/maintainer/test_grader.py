@@ -383,3 +383,17 @@ def test_figures_are_drawn_from_finished_functions_only(tmp_path, capsys, tiny_g
     capsys.readouterr()
     assert figures.draw_all(tmp_path / "stubs", "exercises", "tiny-gpt2", {"ex1"}, tiny_gpt2) == 0
     assert capsys.readouterr().out.count("not written yet") == len(figures.RECIPES)
+
+
+def test_warm_rerun_imports_the_saved_file_afresh_and_passes_on_the_solutions():
+    """`grader.py --watch --warm` re-runs tests in one process; each run must see the latest file."""
+    from kata.grading.warm import rerun
+    from kata.manifest import load_manifest
+
+    root = Path(__file__).resolve().parents[2]
+    exercise = load_manifest()[1]
+    code, _ = rerun(root, exercise, "solutions", quiet=True)
+    first = sys.modules[f"solutions.{exercise.module}"]
+    code_again, _ = rerun(root, exercise, "solutions", quiet=True)
+    assert (code, code_again) == (0, 0)
+    assert sys.modules[f"solutions.{exercise.module}"] is not first, "the module was not re-imported"

@@ -1,0 +1,59 @@
+"""Fast feedback: one long-lived process that re-runs an exercise's tests each time you save it.
+
+A fresh ``pytest`` pays about 3.7 s of imports (torch, transformers) and the model loads before
+its first test. ``python grader.py --watch --warm`` pays them once: the models stay loaded, and
+each save re-runs only that exercise's tests, in the same process, so feedback takes about as
+long as the tests themselves. The price: your code runs inside the watcher, so an endless loop
+needs Ctrl-C. (``python grader.py`` without ``--warm`` runs each grading in a fresh, time-limited
+process.)
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kata.manifest import Exercise
+
+from .learner import WATCH_POLL_SECONDS, snapshot
+
+
+def rerun(root: Path, exercise: Exercise, impl: str, quiet: bool = False) -> tuple[int, float]:
+    """Run ``exercise``'s tests in this process on the latest ``<impl>/<module>.py``.
+
+    Returns pytest's exit code and the wall time in seconds.
+    """
+    sys.modules.pop(f"{impl}.{exercise.module}", None)  # so the saved file is imported afresh
+    started = time.perf_counter()
+    arguments = [str(Path(root) / exercise.tests), "--impl", impl, "-p", "no:cacheprovider",
+                 "--rootdir", str(root), "-q" if not quiet else "-qq"]
+    code = pytest.main(arguments)
+    return int(code), time.perf_counter() - started
+
+
+def watch(root: Path, exercises: list[Exercise], impl: str) -> int:
+    """Re-run the tests of whichever exercise file changes; Ctrl-C stops."""
+    root = Path(root)
+    seen = snapshot(root, exercises, impl)
+    latest = max(exercises, key=lambda e: seen[str(root / e.source(impl))])
+    code, seconds = rerun(root, latest, impl)
+    print(f"\n{latest.id}: tests ran in {seconds:.1f} s. Watching {impl}/ (warm): save a file "
+          "to re-run its tests, Ctrl-C to stop.", flush=True)
+    try:
+        while True:
+            time.sleep(WATCH_POLL_SECONDS)
+            now = snapshot(root, exercises, impl)
+            changed = [e for e in exercises
+                       if now[str(root / e.source(impl))] != seen[str(root / e.source(impl))]]
+            seen = now
+            for exercise in changed:
+                print("\033[2J\033[H", end="")  # clear the terminal
+                code, seconds = rerun(root, exercise, impl)
+                print(f"\n{exercise.id}: tests ran in {seconds:.1f} s. Watching {impl}/ (warm).",
+                      flush=True)
+    except KeyboardInterrupt:
+        print()
+    return 0 if code == 0 else 1
