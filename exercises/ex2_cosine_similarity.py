@@ -15,8 +15,8 @@ Post: Python demo 2, "Cosine similarities within and across layers" (figures 7, 
 embedding layer, layer ``n_layers`` the last block (after the final norm).
 """
 
-import matplotlib.pyplot as plt
-import numpy as np
+import matplotlib.pyplot as plt  # noqa: F401 - for the plots
+import numpy as np  # noqa: F401 - for the jitter
 import torch
 
 #: Smallest vector length used in a division, so that a zero vector gives 0 instead of NaN.
@@ -162,7 +162,7 @@ def plot_token_similarity(
     Returns:
         A matplotlib ``Figure``. Panel ``k`` shows ``token_similarity(hidden_states, layer)``
         for ``layer = layers[k]`` with ``imshow`` (``cmap="plasma"``, the colour limits above)
-        and is titled ``f"layer {layer}"``. Both axes have one tick per token, labelled with the
+        and is titled ``f"layer {layer}"`` (layer 0 adds " (embeddings)"). Both axes have one tick per token, labelled with the
         token strings (the x labels rotated 90 degrees). The figure has a colour bar.
 
     Hint: ``ax.set_xticks(range(T), labels=token_labels, rotation=90)`` puts the token strings

@@ -54,9 +54,6 @@ TINY_GPT2_CONFIG = dict(
 )
 TINY_GPT2_SEED = 20240611
 
-MODEL_NAMES = ("auto", "gpt2", "smollm2", "tiny-gpt2")
-
-
 class ModelNotAvailable(RuntimeError):
     """A model the kata needs is not installed here; the message says how to get it."""
 
@@ -93,18 +90,24 @@ def transformers_major() -> int:
 # --------------------------------------------------------------------------- GPT-2
 
 
-def gpt2_is_cached() -> bool:
-    """True when GPT-2's config and weights are in the local Hugging Face cache (no network)."""
+def cached_gpt2_id() -> str | None:
+    """The Hub id under which GPT-2's config and weights are in the local cache (no network)."""
     from huggingface_hub import try_to_load_from_cache
 
     def cached(repo: str, filename: str) -> bool:
         return isinstance(try_to_load_from_cache(repo_id=repo, filename=filename), str)
 
-    return any(
-        cached(repo, "config.json")
-        and (cached(repo, "model.safetensors") or cached(repo, "pytorch_model.bin"))
-        for repo in GPT2_HUB_IDS
-    )
+    for repo in GPT2_HUB_IDS:
+        if cached(repo, "config.json") and (
+            cached(repo, "model.safetensors") or cached(repo, "pytorch_model.bin")
+        ):
+            return repo
+    return None
+
+
+def gpt2_is_cached() -> bool:
+    """True when GPT-2 is in the local Hugging Face cache, under either of its Hub ids."""
+    return cached_gpt2_id() is not None
 
 
 def gpt2_tokenizer():
@@ -136,9 +139,11 @@ def gpt2_tokenizer():
 def _load_gpt2(name: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    local = gpt2_is_cached()
-    model = AutoModelForCausalLM.from_pretrained(name, local_files_only=local)
-    tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=local)
+    cached = cached_gpt2_id()
+    if cached:  # load the cached copy without touching the network, whichever id holds it
+        name = cached
+    model = AutoModelForCausalLM.from_pretrained(name, local_files_only=bool(cached))
+    tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=bool(cached))
     return model, tokenizer
 
 

@@ -198,7 +198,7 @@ def plot_token_similarity(
     Returns:
         A matplotlib ``Figure``. Panel ``k`` shows ``token_similarity(hidden_states, layer)``
         for ``layer = layers[k]`` with ``imshow`` (``cmap="plasma"``, the colour limits above)
-        and is titled ``f"layer {layer}"``. Both axes have one tick per token, labelled with the
+        and is titled ``f"layer {layer}"`` (layer 0 adds " (embeddings)"). Both axes have one tick per token, labelled with the
         token strings (the x labels rotated 90 degrees). The figure has a colour bar.
 
     Hint: ``ax.set_xticks(range(T), labels=token_labels, rotation=90)`` puts the token strings

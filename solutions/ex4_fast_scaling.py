@@ -45,6 +45,9 @@ def fast_scaling_experiment(model, input_ids, target_id, factor=0.8):
     Returns a float32 CPU tensor of shape ``(n_layers,)``: entry ``i`` is the target's
     log-probability with block ``i``'s output scaled, as in ``scaling_experiment``.
     Every hook is removed before returning, also when the forward pass raises.
+    Raises ``ValueError`` when ``target_id`` is not a token id of the model (say "token id"
+    in the message) or when the input is empty or longer than the model's context (the
+    provided ``_one_sequence`` checks the input for you).
 
     Hint: ``torch.cat([hidden, hidden[:1] * factor])`` appends the scaled clean row; a block
     may return a tuple (transformers up to 5.2) or a tensor.

@@ -154,6 +154,10 @@ def instructor_mode(args, root: Path, exercises) -> int:
 
 def main(argv=None, root: Path | None = None) -> int:
     args = parse_args(argv)
+    if args.warm and (not args.watch or args.submissions or args.figures or args.csv
+                      or args.json or args.gradescope):
+        raise SystemExit("grader.py: --warm goes with --watch alone (it re-runs tests in one "
+                         "process and writes no reports or figures)")
     root = Path(root or Path(__file__).resolve().parents[2])
     exercises = load_manifest()
     if args.submissions:

@@ -27,8 +27,6 @@ from dataclasses import dataclass, field
 
 from kata.manifest import Exercise
 
-STATUSES = ("missing", "error", "timed out", "crashed", "out of memory", "done", "not started",
-            "in progress", "failing")
 PASSED = "passed"
 
 

@@ -31,6 +31,8 @@ def rerun(root: Path, exercise: Exercise, impl: str, quiet: bool = False) -> tup
     arguments = [str(Path(root) / exercise.tests), "--impl", impl, "-p", "no:cacheprovider",
                  "--rootdir", str(root), "-q" if not quiet else "-qq"]
     code = pytest.main(arguments)
+    if code == pytest.ExitCode.INTERRUPTED:  # pytest caught the learner's Ctrl-C: pass it on
+        raise KeyboardInterrupt
     return int(code), time.perf_counter() - started
 
 
@@ -49,8 +51,9 @@ def watch(root: Path, exercises: list[Exercise], impl: str) -> int:
             changed = [e for e in exercises
                        if now[str(root / e.source(impl))] != seen[str(root / e.source(impl))]]
             seen = now
-            for exercise in changed:
+            if changed:
                 print("\033[2J\033[H", end="")  # clear the terminal
+            for exercise in changed:
                 code, seconds = rerun(root, exercise, impl)
                 print(f"\n{exercise.id}: tests ran in {seconds:.1f} s. Watching {impl}/ (warm).",
                       flush=True)
