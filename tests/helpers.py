@@ -5,10 +5,11 @@ from __future__ import annotations
 import torch
 
 
-def check_tensor(value, name: str) -> torch.Tensor:
+def check_tensor(value, name: str, hint: str = "") -> torch.Tensor:
     """Fail with a plain message unless ``value`` is a tensor (a stub or a list returned instead)."""
     assert isinstance(value, torch.Tensor), (
         f"{name} should return a torch.Tensor, got {type(value).__name__}"
+        + (f": {hint}" if hint else "")
     )
     return value
 

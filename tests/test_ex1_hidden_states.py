@@ -28,7 +28,7 @@ from transformers import BatchEncoding  # noqa: E402
 
 import kata  # noqa: E402
 from kata.hooks import hook_snapshot  # noqa: E402
-from tests.helpers import check_close  # noqa: E402
+from tests.helpers import check_close, check_tensor  # noqa: E402
 
 # The sizes the kata documents for its models (kata/models.py), as model_summary must report them.
 TINY_SUMMARY = {"n_layers": 4, "d_model": 64, "n_heads": 4, "vocab_size": 50257}
@@ -123,15 +123,9 @@ def close(a, b, atol=1e-4, rtol=1e-4) -> bool:
     return a.shape == b.shape and torch.allclose(a, b, atol=atol, rtol=rtol)
 
 
-def check_is_tensor(value, name: str, hint: str) -> None:
-    assert isinstance(value, torch.Tensor), (
-        f"{name} should return a torch.Tensor, got {type(value).__name__}: {hint}"
-    )
-
-
 def check_hidden_states_shape(hidden, n_layers: int, n_tokens: int, d_model: int) -> None:
     """The shape check with the message that names the likely mistake."""
-    check_is_tensor(hidden, "get_hidden_states",
+    check_tensor(hidden, "get_hidden_states",
                     "stack the tuple of per-layer tensors into one with torch.stack")
     expected = (n_layers + 1, n_tokens, d_model)
     shape = tuple(hidden.shape)
@@ -357,7 +351,7 @@ def test_a_text_longer_than_the_context_is_a_clear_value_error(ex, tiny_gpt2, fu
 
 
 def check_embedding_layer(output, reference: Reference, d_model: int, model_name: str) -> None:
-    check_is_tensor(output, "embedding_layer_output", "look the token ids up in the tables")
+    check_tensor(output, "embedding_layer_output", "look the token ids up in the tables")
     expected_shape = (reference.n_tokens, d_model)
     assert tuple(output.shape) != (1, *expected_shape), (
         f"embedding_layer_output has shape {tuple(output.shape)}, expected {expected_shape}: "
@@ -407,7 +401,7 @@ def test_embedding_layer_output_is_hidden_state_0_on_smollm2(ex, smollm2, smollm
 def check_raw_output(raw, reference: Reference, model, model_name: str) -> None:
     expected_shape = tuple(reference.raw_last.shape)
     n_tokens, d_model = expected_shape
-    check_is_tensor(raw, "raw_last_block_output",
+    check_tensor(raw, "raw_last_block_output",
                     "if the block returned a tuple, its first element is the hidden states")
     shape = tuple(raw.shape)
     if shape == (d_model,):
@@ -540,7 +534,7 @@ def test_raw_last_block_output_handles_tuple_and_tensor_blocks(ex, returns_tuple
         "raw_last_block_output left a forward hook on the model: call handle.remove() in a "
         "finally block"
     )
-    check_is_tensor(raw, "raw_last_block_output", hint)
+    check_tensor(raw, "raw_last_block_output", hint)
     assert tuple(raw.shape) == tuple(expected.shape), (
         f"on a model whose blocks return {kind}, raw_last_block_output has shape "
         f"{tuple(raw.shape)}, expected {tuple(expected.shape)}: {hint}"
@@ -570,7 +564,7 @@ def test_activation_variance_is_torch_var_over_d_model(ex, tiny_reference):
     for token_index in (0, FIGURE_TOKEN, -1):
         variance = ex.activation_variance(hidden, token_index)
         expected = torch.var(hidden[:, token_index, :], dim=-1, correction=1)  # unbiased
-        check_is_tensor(variance, "activation_variance", "use torch.var")
+        check_tensor(variance, "activation_variance", "use torch.var")
         shape = tuple(variance.shape)
         assert shape != (d_model,), (
             f"activation_variance has shape {shape}, expected ({n_hidden},): that is one value "
@@ -616,7 +610,7 @@ def test_variance_of_a_mid_sentence_token_rises_into_the_middle_layers_on_smollm
     hidden = smollm2_reference.hidden  # (31, T, 576)
     token_index = smollm2_reference.n_tokens // 2
     variance = ex.activation_variance(hidden, token_index)
-    check_is_tensor(variance, "activation_variance", "use torch.var")
+    check_tensor(variance, "activation_variance", "use torch.var")
     assert tuple(variance.shape) == (31,), (
         f"activation_variance has shape {tuple(variance.shape)}, expected (31,): one per layer"
     )
