@@ -1,0 +1,44 @@
+"""Every difference between library versions that the kata's infrastructure handles, in one place.
+
+The exercises teach these differences in their own words (a block's output in exercise 3); the
+infrastructure (model loading, tests' reference computations, the grader) calls the helpers here
+instead of repeating version checks.
+
+Facts:
+
+* ``GPT2Block.forward`` returns a tuple ``(hidden, ...)`` up to transformers 5.2 and a plain
+  tensor from 5.3 on; ``LlamaDecoderLayer`` returns a tensor from 4.54 on. Code that must work on
+  both checks the output's type, never the version.
+* transformers 5 takes ``dtype=`` in ``from_pretrained``/``from_config``; 4.x before 4.56 only
+  knows ``torch_dtype=``.
+* ``GPT2TokenizerFast`` takes ``vocab=``/``merges=`` objects in 5.x and ``vocab_file=``/
+  ``merges_file=`` paths in 4.x.
+* In 5.x ``output_hidden_states=True`` is recorded by forward hooks installed lazily on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def transformers_version() -> tuple[int, int]:
+    """``(major, minor)`` of the installed transformers."""
+    import transformers
+
+    major, minor = transformers.__version__.split(".")[:2]
+    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
+
+
+def block_hidden(output: Any) -> torch.Tensor:
+    """The hidden-state tensor of a block's output, whether the block returned a tuple or a tensor.
+
+    ``(B, T, d_model)``. On a tensor, ``output[0]`` would silently drop the batch dimension.
+    """
+    return output[0] if isinstance(output, tuple) else output
+
+
+def with_block_hidden(output: Any, hidden: torch.Tensor) -> Any:
+    """``output`` with its hidden state replaced by ``hidden``, keeping the output's type."""
+    return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
