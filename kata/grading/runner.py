@@ -298,10 +298,20 @@ def _collect(result: RunResult, run: _Process) -> None:
             collected = [CollectedTest.from_json(t) for t in event["tests"]]
             result.tests += [t for t in collected if t.nodeid not in known]
         elif kind == "result":
-            result.results[event["nodeid"]] = TestRecord.from_json(event)
+            record = _read_record(event)
+            if record is not None:
+                result.results[record.nodeid] = record
         elif kind == "models":
             models = set(result.environment.get("models", [])) | set(event["models"])
             result.environment["models"] = sorted(models)
+
+
+def _read_record(event: dict) -> TestRecord | None:
+    """The record in a result event; None for a malformed one (its test is then "not run")."""
+    try:
+        return TestRecord.from_json(event)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _mark_unrecorded(result: RunResult, exercises: list, outcome: Outcome, message: str) -> None:
