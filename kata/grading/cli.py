@@ -129,8 +129,8 @@ def instructor_mode(args, root: Path, exercises) -> int:
 
     def on_result(result):
         finished.append(result)
-        print(f"[{len(finished)}/{len(args.submissions)}] {result.name}: {result.points:g}/"
-              f"{result.max_points:g} points ({result.seconds:.1f} s)", flush=True)
+        print(f"[{len(finished)}/{len(args.submissions)}] {result.name}: "
+              f"{reports.score(result)} ({result.seconds:.1f} s)", flush=True)
         try:
             if csv:
                 csv.add(result)

@@ -11,11 +11,13 @@ half-way keeps everything recorded before:
 ``{"event": "start", "nodeid": ...}``
     a test is about to run (a test with a start and no result is the one a crash or timeout hit).
 ``{"event": "result", "nodeid", "exercise", "name", "outcome", "message", "where", "stub",``
-``"import_error", "memory", "duration"}``
-    ``outcome`` is passed, failed, error (the test could not be set up) or skipped; ``message``
-    is short, with paths relative to the kata; ``stub`` says the failure reached a
-    ``NotImplementedError`` raised in the code under test (an untouched stub), ``import_error``
-    that the exercise file does not import, ``memory`` that the code ran out of memory.
+``"import_error", "memory", "duration", "diagnosis", "function"}``
+    a :class:`~kata.grading.records.TestRecord`: ``outcome`` is passed, failed, error (the test
+    could not be set up) or skipped; ``message`` is short, with paths relative to the kata;
+    ``stub`` says the failure reached a ``NotImplementedError`` raised in the code under test (an
+    untouched stub) and ``function`` names that stub; ``import_error`` that the exercise file
+    does not import, ``memory`` that the code ran out of memory; ``diagnosis`` is the id of the
+    mistake the test named with :func:`kata.diagnosis.diagnose` (None if it named none).
 ``{"event": "models", "models": [...]}``
     the session models the tests have loaded so far (written when a test loads a new one).
 ``{"event": "end", "exitstatus": ...}``
@@ -30,12 +32,16 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from kata.diagnosis import diagnosis_of
 from kata.impl import ImplementationImportError
 from kata.manifest import exercise_for_test_file
+
+from .records import CollectedTest, Outcome, TestRecord
 
 MAX_MESSAGE_LINES = 12
 MAX_MESSAGE_CHARS = 1500
@@ -114,6 +120,7 @@ class _Describer:
         return None
 
     def facts(self, error: BaseException) -> dict:
+        """The :class:`TestRecord` fields that describe ``error``."""
         chain = list(_exception_chain(error))
         import_error = next((e for e in chain if isinstance(e, ImplementationImportError)), None)
         stub = self.stub_function(error)
@@ -139,12 +146,15 @@ class _Describer:
             message = f"{type(error).__name__}: {error}"
         if where and import_error is None and stub is None:
             message += f"\n(raised at {where})"
+        diagnosis = diagnosis_of(error)
         return {
             "message": _trim(shorten_paths(message, self.root)),
             "where": where,
             "stub": stub is not None,
             "import_error": import_error is not None,
             "memory": memory,
+            "diagnosis": diagnosis.id if diagnosis is not None else None,
+            "function": stub,
         }
 
 
@@ -182,8 +192,8 @@ class Recorder:
         self.exercise_of: dict[str, str | None] = {}
         self.models: list[str] = []
 
-    def write(self, **event) -> None:
-        self.file.write(json.dumps(event) + "\n")
+    def write(self, event: str, **fields) -> None:
+        self.file.write(json.dumps({"event": event, **fields}) + "\n")
         self.file.flush()
 
     # -- session -------------------------------------------------------------
@@ -195,7 +205,7 @@ class Recorder:
 
         from kata.models import default_device
 
-        self.write(event="session", torch=torch.__version__, transformers=version("transformers"),
+        self.write("session", torch=torch.__version__, transformers=version("transformers"),
                    device=str(default_device()), pid=os.getpid())
 
     def pytest_collection_modifyitems(self, session, config, items):
@@ -213,24 +223,23 @@ class Recorder:
         for item in session.items:
             exercise = exercise_for_test_file(item.path, self.root)
             self.exercise_of[item.nodeid] = exercise.id if exercise else None
-            tests.append({"nodeid": item.nodeid, "exercise": self.exercise_of[item.nodeid],
-                          "name": item.name})
-        self.write(event="collected", tests=tests)
+            tests.append(CollectedTest(item.nodeid, self.exercise_of[item.nodeid], item.name))
+        self.write("collected", tests=[t.to_json() for t in tests])
 
     def pytest_collectreport(self, report):
         if report.failed:
-            self.write(event="collect_error", nodeid=report.nodeid,
+            self.write("collect_error", nodeid=report.nodeid,
                        message=_trim(shorten_paths(_error_lines(str(report.longrepr)), self.root)))
 
     def pytest_sessionfinish(self, session, exitstatus):
-        self.write(event="end", exitstatus=int(exitstatus))
+        self.write("end", exitstatus=int(exitstatus))
         self.file.close()
 
     # -- tests ---------------------------------------------------------------
 
     def pytest_runtest_logstart(self, nodeid, location):
         self.phases[nodeid] = {}
-        self.write(event="start", nodeid=nodeid)
+        self.write("start", nodeid=nodeid)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item, call):
@@ -240,35 +249,38 @@ class Recorder:
 
     def pytest_runtest_logfinish(self, nodeid, location):
         phases = self.phases.pop(nodeid, {})
-        record = {"event": "result", "nodeid": nodeid, "exercise": self.exercise_of.get(nodeid),
-                  "name": nodeid.rsplit("::", 1)[-1], "outcome": "passed", "message": "",
-                  "where": "", "stub": False, "import_error": False, "memory": False,
-                  "duration": round(sum(report.duration for report, _ in phases.values()), 4)}
+        record = TestRecord(
+            nodeid, self.exercise_of.get(nodeid), nodeid.rsplit("::", 1)[-1],
+            duration=round(sum(report.duration for report, _ in phases.values()), 4))
+        self.write("result", **self._finish(record, phases).to_json())
+        self._note_models()
+
+    def _finish(self, record: TestRecord, phases: dict) -> TestRecord:
+        """``record`` with the outcome of the first phase that skipped or failed."""
         for when in ("setup", "call", "teardown"):
             if when not in phases:
                 continue
             report, excinfo = phases[when]
             if report.skipped:
-                record.update(outcome="skipped", message=_skip_reason(report))
-                break
-            if report.failed:
-                record["outcome"] = "error" if when == "setup" else "failed"
-                if excinfo is not None:
-                    record.update(self.describer.facts(excinfo.value))
-                else:
-                    record["message"] = _trim(shorten_paths(str(report.longrepr), self.root))
-                if record["stub"] and record["outcome"] == "error":
-                    record["outcome"] = "failed"  # a module fixture that called a stub
-                break
-        self.write(**record)
-        self._note_models()
+                return replace(record, outcome=Outcome.SKIPPED, message=_skip_reason(report))
+            if not report.failed:
+                continue
+            outcome = Outcome.ERROR if when == "setup" else Outcome.FAILED
+            if excinfo is None:
+                message = _trim(shorten_paths(str(report.longrepr), self.root))
+                return replace(record, outcome=outcome, message=message)
+            facts = self.describer.facts(excinfo.value)
+            if facts["stub"]:
+                outcome = Outcome.FAILED  # a module fixture that called a stub
+            return replace(record, outcome=outcome, **facts)
+        return record
 
     def _note_models(self) -> None:
         from kata.pytest_plugin import _SESSION_MODELS
 
         if sorted(_SESSION_MODELS) != self.models:
             self.models = sorted(_SESSION_MODELS)
-            self.write(event="models", models=self.models)
+            self.write("models", models=self.models)
 
 
 def _skip_reason(report) -> str:

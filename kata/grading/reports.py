@@ -15,7 +15,7 @@ import platform
 import tempfile
 from pathlib import Path
 
-from .results import ExerciseResult, SubmissionResult
+from .records import Outcome, Status, SubmissionResult
 
 BAR_WIDTH = 30
 MESSAGE_LINES = 6
@@ -46,6 +46,14 @@ def _points(value: float) -> str:
     return f"{value:g}"
 
 
+def score(result: SubmissionResult) -> str:
+    """The main part and the bonus apart: ``97.4/100 points, bonus 10/10``."""
+    text = f"{_points(result.main_points)}/{_points(result.max_points)} points"
+    if result.bonus:
+        text += f", bonus {_points(result.bonus_points)}/{_points(result.max_bonus_points)}"
+    return text
+
+
 def progress_bar(fraction: float, width: int = BAR_WIDTH) -> str:
     filled = round(max(0.0, min(1.0, fraction)) * width)
     return "[" + "#" * filled + "." * (width - filled) + "]"
@@ -67,16 +75,13 @@ def exercise_table(result: SubmissionResult) -> str:
                      f"{points:>9}")
     core = result.core
     done = sum(r.done for r in core)
-    fraction = result.points / result.max_points if result.max_points else 0.0
-    skipped = [t for r in result.exercises for t in r.tests if t["outcome"] == "skipped"]
+    fraction = result.main_points / result.max_points if result.max_points else 0.0
+    skipped = [t for r in result.exercises for t in r.tests if t.outcome is Outcome.SKIPPED]
     if skipped:
-        reason = skipped[0]["message"].split(";")[0].split(" (")[0]
+        reason = skipped[0].message.split(";")[0].split(" (")[0]
         lines.append(f"  ({len(skipped)} skipped, counted neither for nor against: {reason})")
     lines.append("")
-    bonus = sum(r.points for r in result.exercises if r.exercise.bonus)
-    extra = f" ({_points(bonus)} of them bonus)" if bonus else ""
-    lines.append(f"  progress {progress_bar(fraction)}  {_points(result.points)}/"
-                 f"{_points(result.max_points)} points{extra}, {done} of {len(core)} "
+    lines.append(f"  progress {progress_bar(fraction)}  {score(result)}, {done} of {len(core)} "
                  "exercises done")
     return "\n".join(lines)
 
@@ -98,15 +103,15 @@ def next_step(result: SubmissionResult, hint_levels: dict[str, int],
     lines = [f"Next: {exercise.id} {exercise.title} (edit {exercise.source(impl)})",
              f"  post: {exercise.post}"]
     failure = row.first_failure()
-    if row.status == "not started":
+    if row.status is Status.NOT_STARTED:
         lines.append(f"  start with {exercise.functions[0]}(): every function still raises "
                      "NotImplementedError.")
-    elif row.status in ("error", "missing") or failure is None:
+    elif row.status in (Status.ERROR, Status.MISSING) or failure is None:
         lines.append(f"  {row.status}:")
         lines.append(_indent(row.message))
     else:
-        lines.append(f"  first failing test: {failure['name']} ({exercise.tests})")
-        lines.append(_indent(failure["message"] or failure["outcome"]))
+        lines.append(f"  first failing test: {failure.name} ({exercise.tests})")
+        lines.append(_indent(failure.message or failure.outcome))
     if exercise.hints:
         level = max(1, min(hint_levels.get(exercise.id, 0), len(exercise.hints)))
         lines.append(f"  hint {level} of {len(exercise.hints)}: {exercise.hints[level - 1]}")
@@ -132,28 +137,35 @@ def batch_table(results: list[SubmissionResult]) -> str:
     name_width = max(10, *(len(r.name) for r in results))
     cell = 22
     columns = "".join(f"{e.id + (' (bonus)' if e.bonus else ''):<{cell}}" for e in exercises)
-    header = f"{'submission':<{name_width}}  {columns}     total    time"
+    has_bonus = any(e.bonus for e in exercises)
+    bonus_column = "  bonus" if has_bonus else ""
+    header = f"{'submission':<{name_width}}  {columns}      main{bonus_column}    time"
     lines = [header, "-" * len(header)]
     for result in results:
         cells = "".join(f"{_points(r.points):>5} {r.status:<{cell - 6}}" for r in result.exercises)
-        total = f"{_points(result.points)}/{_points(result.max_points)}"
-        lines.append(f"{result.name:<{name_width}}  {cells}{total:>10} {result.seconds:6.1f}s")
+        main = f"{_points(result.main_points)}/{_points(result.max_points)}"
+        bonus = f"{'+' + _points(result.bonus_points):>7}" if has_bonus else ""
+        lines.append(f"{result.name:<{name_width}}  {cells}{main:>10}{bonus} "
+                     f"{result.seconds:6.1f}s")
     return "\n".join(lines)
 
 
 def csv_header(exercises) -> list[str]:
+    """Per exercise its points and status; then ``total`` (main and bonus together) and
+    ``max`` (of the main part), as before; then the main part and the bonus apart."""
     columns = ["name"]
     for exercise in exercises:
         columns += [f"{exercise.id}_points", f"{exercise.id}_status"]
-    return columns + ["total", "max", "all_done", "seconds"]
+    return columns + ["total", "max", "all_done", "seconds", "main", "bonus", "bonus_max"]
 
 
 def csv_row(result: SubmissionResult) -> list:
     row = [result.name]
     for r in result.exercises:
-        row += [_points(r.points), r.status]
+        row += [_points(r.points), r.status.value]
     return row + [_points(result.points), _points(result.max_points), result.all_done,
-                  f"{result.seconds:.1f}"]
+                  f"{result.seconds:.1f}", _points(result.main_points),
+                  _points(result.bonus_points), _points(result.max_bonus_points)]
 
 
 class CsvReport:
@@ -173,19 +185,9 @@ class CsvReport:
         self.handle.close()
 
 
-def exercise_dict(row: ExerciseResult) -> dict:
-    return {"id": row.exercise.id, "title": row.exercise.title, "bonus": row.exercise.bonus,
-            "status": row.status, "message": row.message, "points": row.points,
-            "max_points": row.max_points, "passed": row.passed, "total": row.total,
-            "skipped": row.skipped,
-            "tests": [{k: v for k, v in t.items() if k != "event"} for t in row.tests]}
-
-
 def submission_dict(result: SubmissionResult) -> dict:
-    return {"name": result.name, "points": result.points, "max_points": result.max_points,
-            "all_done": result.all_done, "seconds": round(result.seconds, 2),
-            "environment": environment(result),
-            "exercises": [exercise_dict(r) for r in result.exercises]}
+    """The submission's JSON (:meth:`SubmissionResult.to_json`), with the full environment."""
+    return {**result.to_json(), "environment": environment(result)}
 
 
 def write_atomically(path: Path, data) -> None:
@@ -217,25 +219,28 @@ def gradescope_results(result: SubmissionResult) -> dict:
         share = exercise.points / row.total if row.total else 0.0
         label = f"{exercise.id} {exercise.title}"
         for number, test in enumerate(row.counted, start=1):
-            passed = test["outcome"] == "passed"
-            tests.append({
-                "name": f"{label}: {test['name']}", "number": f"{exercise.number}.{number}",
-                "score": round(share if passed else 0.0, 4),
+            entry = {
+                "name": f"{label}: {test.name}", "number": f"{exercise.number}.{number}",
+                "score": round(share if test.passed else 0.0, 4),
                 "max_score": 0.0 if exercise.bonus else round(share, 4),
-                "status": "passed" if passed else "failed",
-                "output": test["message"] or ("passed" if passed else test["outcome"]),
+                "status": "passed" if test.passed else "failed",
+                "output": test.message or test.outcome.value,
                 "visibility": "visible",
-            })
+            }
+            if test.diagnosis:
+                entry["extra_data"] = {"diagnosis": test.diagnosis}
+            tests.append(entry)
         if not row.counted:  # no test ran: one entry says why, worth the whole exercise
             tests.append({"name": f"{label}: {row.status}", "number": f"{exercise.number}.0",
                           "score": 0.0, "max_score": 0.0 if exercise.bonus else row.max_points,
-                          "status": "failed", "output": row.message or row.status,
+                          "status": "failed", "output": row.message or row.status.value,
                           "visibility": "visible"})
     lines = [f"{r.exercise.id} {r.exercise.title}: {r.status}, {r.passed}/{r.total} tests, "
              f"{_points(r.points)}/{_points(r.max_points)} points"
              + (f" ({r.skipped} skipped, counted neither for nor against)" if r.skipped else "")
              for r in result.exercises]
     info = environment(result)
+    lines.append(f"Total: {score(result)}.")
     lines.append(f"Graded with {describe_environment(info)}.")
     return {"score": result.points, "execution_time": round(result.seconds, 1),
             "output": "\n".join(lines), "visibility": "visible", "stdout_visibility": "hidden",

@@ -1,6 +1,6 @@
 """From recorded test outcomes to what a learner or instructor reads: statuses and points.
 
-Statuses, in the order they take precedence:
+Statuses (:class:`~kata.grading.records.Status`), in the order they take precedence:
 
 =============  ==============================================================================
 missing        the submission has no file for this exercise (instructor mode)
@@ -17,114 +17,52 @@ failing        no test passes, and not only because of stubs
 Points: each exercise's points (from the manifest) are awarded in proportion to the tests that
 pass. Tests that skip (GPT-2 not in the local cache) count neither for nor against: the
 proportion is taken over the tests that ran. Bonus exercises (``bonus = true`` in the manifest)
-add their points to the score as extra credit, but not to the maximum, and "all done" (exit
-status 0) only asks for the exercises that are not bonus.
+earn bonus points, shown apart from the main part, whose maximum they do not raise; "all done"
+(exit status 0) only asks for the exercises that are not bonus.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 
 from kata.manifest import Exercise
 
-PASSED = "passed"
+from .records import ExerciseResult, Outcome, Status, SubmissionResult, TestRecord
+
+__all__ = ["ExerciseResult", "SubmissionResult", "exercise_status", "summarize"]
+
+#: Test outcomes that decide the whole exercise's status, in the order they take precedence.
+_FATAL_OUTCOMES = {Outcome.TIMED_OUT: Status.TIMED_OUT, Outcome.CRASHED: Status.CRASHED}
 
 
-@dataclass
-class ExerciseResult:
-    exercise: Exercise
-    status: str
-    tests: list[dict] = field(default_factory=list)  # one result record per test, in order
-    message: str = ""  # why it is not done (for in progress / failing: the first failure)
-
-    @property
-    def counted(self) -> list[dict]:
-        """The tests that count: every test except the skipped ones."""
-        return [t for t in self.tests if t["outcome"] != "skipped"]
-
-    @property
-    def passed(self) -> int:
-        return sum(t["outcome"] == PASSED for t in self.counted)
-
-    @property
-    def total(self) -> int:
-        return len(self.counted)
-
-    @property
-    def skipped(self) -> int:
-        return len(self.tests) - len(self.counted)
-
-    @property
-    def max_points(self) -> float:
-        return float(self.exercise.points)
-
-    @property
-    def points(self) -> float:
-        if not self.total:
-            return 0.0
-        return round(self.exercise.points * self.passed / self.total, 2)
-
-    @property
-    def done(self) -> bool:
-        return self.status == "done"
-
-    def first_failure(self) -> dict | None:
-        return next((t for t in self.counted if t["outcome"] != PASSED), None)
+def _why(test: TestRecord) -> str:
+    return f"{test.name}: {test.message}"
 
 
-@dataclass
-class SubmissionResult:
-    name: str
-    exercises: list[ExerciseResult]
-    environment: dict = field(default_factory=dict)
-    seconds: float = 0.0
-
-    @property
-    def core(self) -> list[ExerciseResult]:
-        return [r for r in self.exercises if not r.exercise.bonus]
-
-    @property
-    def points(self) -> float:
-        """Every point earned, bonus points included."""
-        return round(sum(r.points for r in self.exercises), 2)
-
-    @property
-    def max_points(self) -> float:
-        """The maximum without bonus exercises (their points are extra credit)."""
-        return sum(r.max_points for r in self.core)
-
-    @property
-    def all_done(self) -> bool:
-        return all(r.done for r in self.core)
-
-    def first_unfinished(self) -> ExerciseResult | None:
-        return next((r for r in self.exercises if not r.done), None)
-
-
-def exercise_status(tests: list[dict]) -> tuple[str, str]:
-    """The status of one exercise from its tests' result records, and the message explaining it."""
-    counted = [t for t in tests if t["outcome"] != "skipped"]
+def exercise_status(tests: Sequence[TestRecord]) -> tuple[Status, str]:
+    """The status of one exercise from its tests' records, and the message explaining it."""
+    counted = [t for t in tests if t.counted]
     if not tests:
-        return "error", "no tests were recorded"
-    hit = next((t for t in counted if t.get("import_error")), None)
+        return Status.ERROR, "no tests were recorded"
+    hit = next((t for t in counted if t.import_error), None)
     if hit:
-        return "error", hit["message"]
-    for outcome in ("timed out", "crashed"):
-        hit = next((t for t in counted if t["outcome"] == outcome), None)
+        return Status.ERROR, hit.message
+    for outcome, status in _FATAL_OUTCOMES.items():
+        hit = next((t for t in counted if t.outcome is outcome), None)
         if hit:
-            return outcome, f"{hit['name']}: {hit['message']}"
-    hit = next((t for t in counted if t.get("memory")), None)
+            return status, _why(hit)
+    hit = next((t for t in counted if t.memory), None)
     if hit:
-        return "out of memory", f"{hit['name']}: {hit['message']}"
-    passed = sum(t["outcome"] == PASSED for t in counted)
+        return Status.OUT_OF_MEMORY, _why(hit)
+    passed = sum(t.passed for t in counted)
     if not counted:
-        return "done", "every test was skipped here"
+        return Status.DONE, "every test was skipped here"
     if passed == len(counted):
-        return "done", ""
-    if passed == 0 and all(t.get("stub") for t in counted):
-        return "not started", ""
-    failure = next(t for t in counted if t["outcome"] != PASSED)
-    return ("in progress" if passed else "failing"), f"{failure['name']}: {failure['message']}"
+        return Status.DONE, ""
+    if passed == 0 and all(t.stub for t in counted):
+        return Status.NOT_STARTED, ""
+    failure = next(t for t in counted if not t.passed)
+    return (Status.IN_PROGRESS if passed else Status.FAILING), _why(failure)
 
 
 def summarize(exercises: list[Exercise], run, missing: dict[str, str] | None = None,
@@ -137,14 +75,14 @@ def summarize(exercises: list[Exercise], run, missing: dict[str, str] | None = N
     results = []
     for exercise in exercises:
         if exercise.id in missing:
-            results.append(ExerciseResult(exercise, "missing", [], missing[exercise.id]))
+            results.append(ExerciseResult(exercise, Status.MISSING, (), missing[exercise.id]))
             continue
-        tests = [run.results[t["nodeid"]] for t in run.tests
-                 if t["exercise"] == exercise.id and t["nodeid"] in run.results]
+        tests = [run.results[t.nodeid] for t in run.tests
+                 if t.exercise == exercise.id and t.nodeid in run.results]
         if not tests and exercise.id in run.problems:
             status, message = run.problems[exercise.id]
-            results.append(ExerciseResult(exercise, status, [], message))
+            results.append(ExerciseResult(exercise, status, (), message))
             continue
         status, message = exercise_status(tests)
         results.append(ExerciseResult(exercise, status, tests, message))
-    return SubmissionResult(name, results, dict(run.environment), seconds)
+    return SubmissionResult(name, tuple(results), dict(run.environment), seconds)

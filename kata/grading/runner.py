@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .records import CollectedTest, Outcome, Status, TestRecord
 from .recorder import shorten_paths
 
 POLL_SECONDS = 0.1
@@ -55,11 +56,11 @@ _LIMIT_THEN_EXEC = (
 class RunResult:
     """Everything recorded about one implementation's tests."""
 
-    tests: list[dict] = field(default_factory=list)  # collected tests, in order
-    results: dict[str, dict] = field(default_factory=dict)  # nodeid -> result record
+    tests: list[CollectedTest] = field(default_factory=list)  # in the order they run
+    results: dict[str, TestRecord] = field(default_factory=dict)  # nodeid -> its record
     environment: dict = field(default_factory=dict)  # torch, transformers, device, models
     # exercise id -> (status, why) for an exercise that has no recorded test at all
-    problems: dict[str, tuple[str, str]] = field(default_factory=dict)
+    problems: dict[str, tuple[Status, str]] = field(default_factory=dict)
     processes: int = 0  # how many pytest processes it took
 
 
@@ -274,7 +275,7 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
         run.stderr = tail(work_dir / f"pytest-{n}.err")
         _collect(result, run)
         if run.finished:
-            _mark_unrecorded(result, pending, "not run",
+            _mark_unrecorded(result, pending, Outcome.NOT_RUN,
                              "the test session ended before this test ran")
             _note_collection_problems(result, run, pending)
             break
@@ -282,7 +283,7 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
         if culprit_exercise is None:
             break  # nothing ran at all: every remaining test got the same explanation
         pending = [e for e in pending if e.id != culprit_exercise
-                   and any(t["exercise"] == e.id and t["nodeid"] not in result.results
+                   and any(t.exercise == e.id and t.nodeid not in result.results
                            for t in result.tests)]
     return result
 
@@ -293,43 +294,49 @@ def _collect(result: RunResult, run: _Process) -> None:
         if kind == "session":
             result.environment.update({k: event[k] for k in ("torch", "transformers", "device")})
         elif kind == "collected":
-            known = {t["nodeid"] for t in result.tests}
-            result.tests += [t for t in event["tests"] if t["nodeid"] not in known]
+            known = {t.nodeid for t in result.tests}
+            collected = [CollectedTest.from_json(t) for t in event["tests"]]
+            result.tests += [t for t in collected if t.nodeid not in known]
         elif kind == "result":
-            result.results[event["nodeid"]] = event
+            record = _read_record(event)
+            if record is not None:
+                result.results[record.nodeid] = record
         elif kind == "models":
             models = set(result.environment.get("models", [])) | set(event["models"])
             result.environment["models"] = sorted(models)
 
 
-def _placeholder(test: dict, outcome: str, message: str) -> dict:
-    return {"event": "result", "nodeid": test["nodeid"], "exercise": test["exercise"],
-            "name": test["name"], "outcome": outcome, "message": message, "where": "",
-            "stub": False, "import_error": False, "memory": False, "duration": 0.0}
+def _read_record(event: dict) -> TestRecord | None:
+    """The record in a result event; None for a malformed one (its test is then "not run")."""
+    try:
+        return TestRecord.from_json(event)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
-def _mark_unrecorded(result: RunResult, exercises: list, outcome: str, message: str) -> None:
+def _mark_unrecorded(result: RunResult, exercises: list, outcome: Outcome, message: str) -> None:
     ids = {e.id for e in exercises}
     for test in result.tests:
-        if test["exercise"] in ids and test["nodeid"] not in result.results:
-            result.results[test["nodeid"]] = _placeholder(test, outcome, message)
+        if test.exercise in ids and test.nodeid not in result.results:
+            result.results[test.nodeid] = TestRecord.placeholder(test, outcome, message)
 
 
 def _note_collection_problems(result: RunResult, run: _Process, pending: list) -> None:
     """An exercise with no collected test at all (a broken or missing test file)."""
     errors = [e["message"] for e in run.events if e["event"] == "collect_error"]
     for exercise in pending:
-        if not any(t["exercise"] == exercise.id for t in result.tests):
+        if not any(t.exercise == exercise.id for t in result.tests):
             detail = errors[0] if errors else run.stderr.strip()[-600:] or "no test found"
             why = f"no tests collected from {exercise.tests}: {detail}"
-            result.problems[exercise.id] = "error", why
+            result.problems[exercise.id] = Status.ERROR, why
 
 
 def _record_abnormal_end(result: RunResult, run: _Process, pending: list, root: Path,
                          impl: str, timeout: float) -> str | None:
     """Record the crash or timeout; return the exercise it happened in (None: before any test)."""
     timed_out = run.ended in ("timeout", "startup timeout")
-    outcome = "timed out" if timed_out else "crashed"
+    outcome = Outcome.TIMED_OUT if timed_out else Outcome.CRASHED
+    status = Status.TIMED_OUT if timed_out else Status.CRASHED
     if run.ended == "startup timeout":
         why = f"pytest did not start its first test within {max(STARTUP_SECONDS, timeout):g} s"
     elif timed_out:
@@ -339,19 +346,19 @@ def _record_abnormal_end(result: RunResult, run: _Process, pending: list, root: 
     culprit = run.running
     exercise = exercise_of_test(result, culprit) if culprit else run.last_exercise
     if culprit:
-        test = next(t for t in result.tests if t["nodeid"] == culprit)
-        result.results[culprit] = _placeholder(test, outcome, f"{outcome}: {why}")
+        test = next(t for t in result.tests if t.nodeid == culprit)
+        result.results[culprit] = TestRecord.placeholder(test, outcome, f"{outcome}: {why}")
     if exercise is None:  # it died before running any test of this run
         detail = why if timed_out else f"{why}\n{run.stderr.strip()[-800:]}"
         message = f"the test process {outcome} before any test ran: {detail}"
-        result.problems.update({e.id: (outcome, message) for e in pending})
+        result.problems.update({e.id: (status, message) for e in pending})
         _mark_unrecorded(result, pending, outcome, message)
         return None
     name = culprit.rsplit("::", 1)[-1] if culprit else "between two tests"
-    _mark_unrecorded(result, [e for e in pending if e.id == exercise], "not run",
+    _mark_unrecorded(result, [e for e in pending if e.id == exercise], Outcome.NOT_RUN,
                      f"not run: the test process {outcome} in {name}")
     return exercise
 
 
 def exercise_of_test(result: RunResult, nodeid: str) -> str | None:
-    return next((t["exercise"] for t in result.tests if t["nodeid"] == nodeid), None)
+    return next((t.exercise for t in result.tests if t.nodeid == nodeid), None)

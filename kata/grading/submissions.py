@@ -24,7 +24,8 @@ from typing import Callable
 
 from kata.manifest import Exercise
 
-from .results import ExerciseResult, SubmissionResult, summarize
+from .records import ExerciseResult, Status, SubmissionResult
+from .results import summarize
 from .runner import run_tests
 
 #: What a sandbox takes from the instructor's kata.
@@ -181,7 +182,8 @@ def _grader_failure(name: str, exercises: list[Exercise], error: BaseException) 
     """Whatever went wrong, the submission still gets a row, and the batch goes on."""
     message = "the grader itself failed on this submission: " + "".join(
         traceback.format_exception_only(type(error), error)).strip()
-    return SubmissionResult(name, [ExerciseResult(e, "error", [], message) for e in exercises])
+    return SubmissionResult(name, tuple(ExerciseResult(e, Status.ERROR, (), message)
+                                        for e in exercises))
 
 
 def grade_batch(paths: list[Path], instructor_root: Path, exercises: list[Exercise],

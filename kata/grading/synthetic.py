@@ -15,6 +15,8 @@ from pathlib import Path
 
 from kata.manifest import Exercise
 
+from .records import Status
+
 #: Code appended to a solution file; ``{fn}`` is the function it breaks.
 FAULTS = {
     "loop": "def {fn}(*args, **kwargs):\n    while True:\n        pass\n",
@@ -35,13 +37,14 @@ FAULTS = {
 #: How each kind of exercise file may be graded: a fault that breaks one function leaves the
 #: exercise's other tests passing ("in progress") or, when every test needs that function,
 #: none ("failing").
-BROKEN_ONE = ("in progress", "failing")
-EXPECTED_STATUS = {
-    "correct": ("done",), "stub": ("not started",), "wrong": ("failing",),
-    "stub_one": (*BROKEN_ONE, "not started"), "sys_exit": BROKEN_ONE, "loop": ("timed out",),
-    "os_exit": ("crashed",), "segfault": ("crashed",), "memory": ("out of memory",),
-    "prints": ("done",), "syntax_error": ("error",), "import_error": ("error",),
-    "imports_solutions": ("error",), "missing": ("missing",),
+BROKEN_ONE = (Status.IN_PROGRESS, Status.FAILING)
+EXPECTED_STATUS: dict[str, tuple[Status, ...]] = {
+    "correct": (Status.DONE,), "stub": (Status.NOT_STARTED,), "wrong": (Status.FAILING,),
+    "stub_one": (*BROKEN_ONE, Status.NOT_STARTED), "sys_exit": BROKEN_ONE,
+    "loop": (Status.TIMED_OUT,), "os_exit": (Status.CRASHED,), "segfault": (Status.CRASHED,),
+    "memory": (Status.OUT_OF_MEMORY,), "prints": (Status.DONE,),
+    "syntax_error": (Status.ERROR,), "import_error": (Status.ERROR,),
+    "imports_solutions": (Status.ERROR,), "missing": (Status.MISSING,),
 }
 #: Words the exercise's message must contain, so the learner knows what happened.
 EXPECTED_WORDS = {

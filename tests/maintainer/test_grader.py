@@ -19,11 +19,14 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from kata.grading import learner, reports, synthetic
+from kata.grading.records import (ExerciseResult, Outcome, Status, SubmissionResult,
+                                  TestRecord)
 from kata.grading.results import exercise_status
 from kata.grading.submissions import GradingOptions, exercise_files, grade_in_place
 from kata.manifest import load_manifest
@@ -49,15 +52,21 @@ def _toy_module(exercise, stub: bool) -> str:
     return "".join(lines)
 
 
+RETURNS_NONE = "toy-returns-none"  # the diagnosis each toy function test names
+
+
 def _toy_tests(exercise) -> str:
     """One test per function, and more for the first one (where faults are planted). Each calls
     its function 20 times, as real tests call a function often: the "prints" fault then prints
-    2.8 GB in all, which must cost neither memory nor much time."""
+    2.8 GB in all, which must cost neither memory nor much time. A function that returns None
+    is diagnosed as :data:`RETURNS_NONE`; the first function's extra tests name no diagnosis."""
     first = exercise.functions[0]
-    lines = ["import pytest\n"]
+    lines = ["import pytest\n\nfrom kata.diagnosis import diagnose\n"]
     for k, name in enumerate(exercise.functions):
         lines.append(f"\n\ndef test_{name}(ex):\n"
                      f"    value = [ex.{name}(1) for _ in range(20)][-1]\n"
+                     f"    if value is None:\n"
+                     f"        diagnose('{RETURNS_NONE}', '{name}(1) returned None: return x + {k}')\n"
                      f"    assert value == {1 + k}, "
                      f"f\"{name}(1) should be {1 + k}, got {{value}}\"\n")
     lines.append(f"\n\n@pytest.mark.parametrize('x', range(6))\n"
@@ -126,8 +135,9 @@ def batch(toy, tmp_path_factory):
     seconds = time.monotonic() - started
     assert process.returncode == 0, process.stdout[-2000:] + process.stderr[-3000:]
     data = json.loads((out / "grades.json").read_text())
+    submissions = [SubmissionResult.from_json(s, EXERCISES) for s in data["submissions"]]
     return {"out": out, "stdout": process.stdout, "seconds": seconds,
-            "submissions": {s["name"]: s for s in data["submissions"]}, "json": data}
+            "submissions": {s.name: s for s in submissions}, "json": data}
 
 
 def _cases():
@@ -137,29 +147,32 @@ def _cases():
                                id=f"{name}-{exercise.id}-{kinds.get(exercise.id, 'correct')}")
 
 
-def _toy_expected(kind: str, exercise) -> tuple[str, ...]:
+def _toy_expected(kind: str, exercise) -> tuple[Status, ...]:
     """In the toy kata each test calls one function, so a fault in the first function leaves
     the others passing, unless the exercise has only that function."""
     if kind in ("sys_exit", "stub_one"):
         if len(exercise.functions) > 1:
-            return ("in progress",)
-        return ("failing",) if kind == "sys_exit" else ("not started",)
+            return (Status.IN_PROGRESS,)
+        return (Status.FAILING,) if kind == "sys_exit" else (Status.NOT_STARTED,)
     return synthetic.EXPECTED_STATUS[kind]
+
+
+def _row(batch, name: str, exercise_id: str) -> ExerciseResult:
+    return next(r for r in batch["submissions"][name].exercises if r.exercise.id == exercise_id)
 
 
 @pytest.mark.parametrize("name, exercise_id, kind", list(_cases()))
 def test_each_kind_of_submission_gets_its_own_clear_status(batch, name, exercise_id, kind):
-    row = next(r for r in batch["submissions"][name]["exercises"] if r["id"] == exercise_id)
-    exercise = next(e for e in EXERCISES if e.id == exercise_id)
-    assert row["status"] in _toy_expected(kind, exercise), (
-        f"{name} {exercise_id} ({kind}) graded {row['status']!r}: {row['message']}")
-    failures = [t["message"] for t in row["tests"] if t["outcome"] != "passed"]
+    row = _row(batch, name, exercise_id)
+    assert row.status in _toy_expected(kind, row.exercise), (
+        f"{name} {exercise_id} ({kind}) graded {row.status!r}: {row.message}")
+    failures = [t.message for t in row.tests if not t.passed]
     words = synthetic.EXPECTED_WORDS.get(kind)
     if words:
-        text = "\n".join([row["message"], *failures])
+        text = "\n".join([row.message, *failures])
         assert words in text, f"{name} {exercise_id} ({kind}): {words!r} not in {text!r}"
     if kind in ("correct", "prints"):
-        assert row["points"] == row["max_points"]
+        assert row.points == row.max_points
 
 
 def test_a_submission_cannot_change_which_tests_run_or_their_points(batch):
@@ -167,18 +180,40 @@ def test_a_submission_cannot_change_which_tests_run_or_their_points(batch):
     assert extras
     hostile = batch["submissions"][name]
     correct = batch["submissions"]["correct"]
-    assert hostile["max_points"] == correct["max_points"] == CORE_POINTS
-    for mine, theirs in zip(hostile["exercises"], correct["exercises"]):
-        if kinds.get(mine["id"], "correct") != "missing":  # the instructor's tests, all of them
-            assert [t["nodeid"] for t in mine["tests"]] == [t["nodeid"] for t in theirs["tests"]]
-        assert mine["max_points"] == theirs["max_points"]
-    assert (correct["points"], correct["max_points"]) == (ALL_POINTS, CORE_POINTS)
+    assert hostile.max_points == correct.max_points == CORE_POINTS
+    for mine, theirs in zip(hostile.exercises, correct.exercises):
+        if kinds.get(mine.exercise.id, "correct") != "missing":  # the instructor's tests, all
+            assert [t.nodeid for t in mine.tests] == [t.nodeid for t in theirs.tests]
+        assert mine.max_points == theirs.max_points
+    assert (correct.points, correct.max_points) == (ALL_POINTS, CORE_POINTS)
+    assert (correct.main_points, correct.bonus_points) == (CORE_POINTS, ALL_POINTS - CORE_POINTS)
 
 
 def test_an_unreadable_submission_still_gets_a_row(batch):
     row = batch["submissions"]["does-not-exist"]
-    assert {e["status"] for e in row["exercises"]} == {"missing"}
-    assert "does not exist" in row["exercises"][0]["message"]
+    assert {e.status for e in row.exercises} == {Status.MISSING}
+    assert "does not exist" in row.exercises[0].message
+
+
+def test_the_json_names_each_diagnosis_and_each_stub_reached(batch):
+    """A test that calls ``diagnose`` puts its id into the JSON; a stub reached is named."""
+    kinds = {(name, exercise_id): kind for name, plan, _, _ in _plan()
+             for exercise_id, kind in plan.items()}
+    wrong = next(key for key, kind in kinds.items() if kind == "wrong")
+    row = _row(batch, *wrong)
+    for test in row.tests:
+        named = test.name in {f"test_{f}" for f in row.exercise.functions}
+        assert test.diagnosis == (RETURNS_NONE if named else None), test
+    raw = next(s for s in batch["json"]["submissions"] if s["name"] == wrong[0])
+    raw_row = next(r for r in raw["exercises"] if r["id"] == wrong[1])
+    assert all("diagnosis" in t for t in raw_row["tests"])
+    gradescope = json.loads((batch["out"] / "gradescope" / f"{wrong[0]}.json").read_text())
+    assert {"diagnosis": RETURNS_NONE} in [t.get("extra_data") for t in gradescope["tests"]]
+    stub_one = next(key for key, kind in kinds.items() if kind == "stub_one")
+    row = _row(batch, *stub_one)
+    first = row.exercise.functions[0]
+    assert {t.function for t in row.tests if t.stub} == {first}
+    assert all(t.diagnosis is None for t in _row(batch, "correct", wrong[1]).tests)
 
 
 def test_csv_has_one_row_per_submission(batch):
@@ -188,25 +223,27 @@ def test_csv_has_one_row_per_submission(batch):
     correct = next(r for r in rows if r["name"] == "correct")
     assert correct["all_done"] == "True"
     assert (float(correct["total"]), float(correct["max"])) == (ALL_POINTS, CORE_POINTS)
+    assert (float(correct["main"]), float(correct["bonus"])) == (CORE_POINTS,
+                                                                 ALL_POINTS - CORE_POINTS)
     assert all(f"{e.id}_status" in rows[0] for e in EXERCISES)
 
 
 def test_gradescope_file_per_submission(batch):
     for name, submission in batch["submissions"].items():
         data = json.loads((batch["out"] / "gradescope" / f"{name}.json").read_text())
-        assert data["score"] == submission["points"]
+        assert data["score"] == submission.points
         assert {t["status"] for t in data["tests"]} <= {"passed", "failed"}
-        keys = {"name", "score", "max_score", "output", "visibility"}
+        keys = {"name", "score", "max_score", "status", "output", "visibility"}
         assert all(keys <= set(test) for test in data["tests"])
         core_max = sum(t["max_score"] for t in data["tests"])
-        assert core_max == pytest.approx(submission["max_points"], abs=0.01)
+        assert core_max == pytest.approx(submission.max_points, abs=0.01)
         assert {"torch", "transformers", "device", "models"} <= set(data["extra_data"])
     skipped = json.loads((batch["out"] / "gradescope" / "correct.json").read_text())
     assert not any("needs_gpt2" in t["name"] for t in skipped["tests"])  # skips count for nothing
 
 
 def test_results_record_versions_model_and_device(batch):
-    environment = batch["submissions"]["correct"]["environment"]
+    environment = batch["submissions"]["correct"].environment
     assert environment["torch"] and environment["transformers"] and environment["device"]
 
 
@@ -262,17 +299,18 @@ def test_learner_sees_the_first_failure_or_the_import_error(learner_results):
     result = learner_results["mixed"]
     first, last = EXERCISES[0], EXERCISES[-1]
     statuses = {r.exercise.id: r.status for r in result.exercises}
-    assert statuses[first.id] == "error"
+    assert statuses[first.id] is Status.ERROR
     assert (f"{first.source('exercises')} does not import (line {learner_results['broken line']})"
             in result.exercises[0].message)
-    assert statuses[last.id] == ("in progress" if len(last.functions) > 1 else "failing")
-    assert all(statuses[e.id] == "done" for e in EXERCISES[2:-1])
-    assert statuses[EXERCISES[1].id] == "error"
+    assert statuses[last.id] is (Status.IN_PROGRESS if len(last.functions) > 1
+                                 else Status.FAILING)
+    assert all(statuses[e.id] is Status.DONE for e in EXERCISES[2:-1])
+    assert statuses[EXERCISES[1].id] is Status.ERROR
     assert f"no tests collected from {EXERCISES[1].tests}" in result.exercises[1].message
     text = reports.next_step(result, {})
     assert text.startswith(f"Next: {first.id}") and "SyntaxError" in text
-    for row in result.exercises[:-1]:
-        row.status = "done"  # as if fixed: the next step moves on to the last one
+    fixed = [replace(row, status=Status.DONE) for row in result.exercises[:-1]]
+    result = replace(result, exercises=(*fixed, result.exercises[-1]))  # the next step moves on
     text = reports.next_step(result, {last.id: 2})
     k = len(last.functions) - 1
     assert f"first failing test: test_{last.functions[-1]}" in text
@@ -315,48 +353,75 @@ def test_watch_notices_a_saved_file(toy):
 # --------------------------------------------------------------------------- the parts
 
 
-def _record(outcome="failed", **facts):
-    return {"nodeid": "t", "name": "t", "exercise": "ex1", "outcome": outcome, "message": "m",
-            "stub": False, "import_error": False, "memory": False, **facts}
+def _record(outcome=Outcome.FAILED, **facts) -> TestRecord:
+    return TestRecord("t", "ex1", "t", outcome, "m", **facts)
+
+
+P, F, S = Outcome.PASSED, Outcome.FAILED, Outcome.SKIPPED
 
 
 @pytest.mark.parametrize("records, status", [
-    ([_record("passed"), _record("passed")], "done"),
-    ([_record(stub=True), _record(stub=True)], "not started"),
-    ([_record(stub=True), _record()], "failing"),
-    ([_record("passed"), _record(stub=True)], "in progress"),
-    ([_record("passed"), _record("skipped")], "done"),
-    ([_record("error", import_error=True)], "error"),
-    ([_record("passed"), _record("timed out"), _record("not run")], "timed out"),
-    ([_record("passed"), _record("crashed")], "crashed"),
-    ([_record("passed"), _record(memory=True)], "out of memory"),
+    ([_record(P), _record(P)], Status.DONE),
+    ([_record(stub=True), _record(stub=True)], Status.NOT_STARTED),
+    ([_record(stub=True), _record()], Status.FAILING),
+    ([_record(P), _record(stub=True)], Status.IN_PROGRESS),
+    ([_record(P), _record(S)], Status.DONE),
+    ([_record(Outcome.ERROR, import_error=True)], Status.ERROR),
+    ([_record(P), _record(Outcome.TIMED_OUT), _record(Outcome.NOT_RUN)], Status.TIMED_OUT),
+    ([_record(P), _record(Outcome.CRASHED)], Status.CRASHED),
+    ([_record(P), _record(memory=True)], Status.OUT_OF_MEMORY),
 ])
 def test_statuses_from_outcomes(records, status):
-    assert exercise_status(records)[0] == status
+    assert exercise_status(records)[0] is status
 
 
 def test_points_are_proportional_and_skips_count_for_nothing(toy):
-    from kata.grading.results import ExerciseResult
-
-    row = ExerciseResult(EXERCISES[0], "in progress",
-                         [_record("passed"), _record(), _record("skipped"), _record("passed")])
+    row = ExerciseResult(EXERCISES[0], Status.IN_PROGRESS,
+                         [_record(P), _record(), _record(S), _record(P)])
     assert (row.passed, row.total, row.skipped) == (2, 3, 1)
     assert row.points == round(EXERCISES[0].points * 2 / 3, 2)
 
 
-def test_bonus_points_are_extra_credit(toy):
-    from dataclasses import replace
-
-    from kata.grading.results import ExerciseResult, SubmissionResult
-
+def _with_bonus(bonus_status: Status, bonus_test: TestRecord) -> SubmissionResult:
+    """Every manifest exercise done, plus a bonus exercise "ex9"."""
     bonus = replace(EXERCISES[0], id="ex9", bonus=True)
-    rows = [ExerciseResult(e, "done", [_record("passed")]) for e in EXERCISES]
-    unfinished_bonus = ExerciseResult(bonus, "not started", [_record(stub=True)])
-    result = SubmissionResult("x", rows + [unfinished_bonus])
+    rows = [ExerciseResult(e, Status.DONE, [_record(P)]) for e in EXERCISES]
+    return SubmissionResult("x", rows + [ExerciseResult(bonus, bonus_status, [bonus_test])])
+
+
+def test_bonus_points_are_extra_credit(toy):
+    result = _with_bonus(Status.NOT_STARTED, _record(stub=True))
     assert result.all_done  # an unfinished bonus does not stop "all done"
     assert result.max_points == CORE_POINTS
     gradescope = reports.gradescope_results(result)
     assert [t["max_score"] for t in gradescope["tests"] if t["name"].startswith("ex9")] == [0.0]
+
+
+def test_main_and_bonus_points_are_shown_apart(toy):
+    """Issue 14: "97.4/100 points, bonus 10/10", never more than the maximum for the main part."""
+    result = _with_bonus(Status.DONE, _record(P))
+    bonus = ALL_POINTS - CORE_POINTS + EXERCISES[0].points  # the manifest's bonus and ex9
+    main = f"{CORE_POINTS:g}/{CORE_POINTS:g} points"
+    assert reports.score(result) == f"{main}, bonus {bonus:g}/{bonus:g}"
+    assert f"{main}, bonus {bonus:g}/{bonus:g}" in reports.exercise_table(result)
+    assert result.points == CORE_POINTS + bonus
+    assert f"{result.points:g}/" not in reports.exercise_table(result)
+    assert reports.score(SubmissionResult("y", result.core)) == main
+
+
+def test_records_round_trip_through_json():
+    record = TestRecord("tests/test_ex1.py::test_a", "ex1", "test_a", Outcome.FAILED,
+                        "expected 13 hidden states", "exercises/ex1.py, line 3, in f", True,
+                        False, True, 0.25, "embedding-layer-missing", "hidden_states")
+    assert TestRecord.from_json(json.loads(json.dumps(record.to_json()))) == record
+    assert TestRecord.from_json({"event": "result", **record.to_json()}) == record
+    row = ExerciseResult(EXERCISES[0], Status.FAILING, [record, _record(S)], "why")
+    result = SubmissionResult("name", [row], {"torch": "2", "models": ["m"]}, 1.5)
+    text = json.dumps(result.to_json())
+    assert SubmissionResult.from_json(json.loads(text), EXERCISES) == result
+    assert json.loads(text)["exercises"][0]["status"] == "failing"
+    with pytest.raises(ValueError, match="ex99"):
+        ExerciseResult.from_json({**row.to_json(), "id": "ex99"}, EXERCISES)
 
 
 def test_only_the_learners_exercise_files_are_taken(tmp_path):
