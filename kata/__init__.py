@@ -4,6 +4,13 @@
     model, tokenizer = load_model("tiny-gpt2")
 """
 
+from . import requirements as _requirements
+
+try:  # first, so that an unsupported version never surfaces as a traceback from deep inside
+    _requirements.check()
+except _requirements.UnsupportedVersion as error:
+    raise SystemExit(f"kata: {error}") from None
+
 from .architectures import blocks, context_length, final_norm
 from .models import ModelNotAvailable, default_device, load_model
 from .texts import KAFKA_TEXT, PENGUIN_TEXT, TARGET_WORD
