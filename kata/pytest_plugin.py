@@ -7,6 +7,8 @@
 * ``tiny_gpt2``, ``smollm2``, ``gpt2``: ``(model, tokenizer)`` loaded once per session. GPT-2
   tests skip, with the reason, where GPT-2 is not in the local cache; a missing SmolLM2 is an
   error that gives the install command.
+* Learner mode (``kata.learner_view``, on for ``exercises/`` unless ``--kata-full``): a test that
+  reaches an untouched stub is one "not started" line per function, not a traceback.
 * After every test, any forward hook a test left on a session model is removed and reported, so
   one leaked hook cannot change the results of the tests after it.
 """
@@ -21,6 +23,7 @@ import torch
 
 from .hooks import hook_snapshot, restore_hooks
 from .impl import import_implementation, patched_solution
+from .learner_view import LearnerView
 from .manifest import IMPLEMENTATIONS, exercise_for_test_file
 from .models import GPT2_DOWNLOAD_COMMAND, gpt2_is_cached, load_model
 
@@ -44,6 +47,12 @@ def pytest_addoption(parser):
         help="maintainers: run EXERCISE's tests on the solution with FILE's definitions patched "
         "in (how tests/maintainer/test_mistakes.py plants a learner mistake)",
     )
+    group.addoption(
+        "--kata-full",
+        action="store_true",
+        help="full pytest output for tests that reach an untouched stub (learner mode shows one "
+        "'not started' line per function instead)",
+    )
 
 
 def pytest_configure(config):
@@ -51,6 +60,11 @@ def pytest_configure(config):
     # runs torch with one thread per core; KATA_TORCH_THREADS=1 keeps each to one.
     if os.environ.get("KATA_TORCH_THREADS"):
         torch.set_num_threads(int(os.environ["KATA_TORCH_THREADS"]))
+    impl = config.getoption("--impl")
+    if impl == "exercises" and not config.getoption("--kata-full"):
+        config.pluginmanager.register(
+            LearnerView(config, config.rootpath / impl), "kata-learner-view"
+        )
 
 
 def pytest_report_header(config):

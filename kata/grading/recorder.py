@@ -38,7 +38,7 @@ from pathlib import Path
 import pytest
 
 from kata.diagnosis import diagnosis_of
-from kata.impl import ImplementationImportError
+from kata.impl import ImplementationImportError, stub_reached
 from kata.manifest import exercise_for_test_file
 
 from .records import CollectedTest, Outcome, TestRecord
@@ -112,12 +112,7 @@ class _Describer:
 
     def stub_function(self, error: BaseException) -> str | None:
         """The name of the stub whose ``raise NotImplementedError`` this failure reached."""
-        for exc in _exception_chain(error):
-            if isinstance(exc, NotImplementedError):
-                frames = list(_frames(exc))
-                if frames and self.in_code_under_test(frames[-1][0].co_filename):
-                    return frames[-1][0].co_name
-        return None
+        return stub_reached(error, Path(self.impl_dir))
 
     def facts(self, error: BaseException) -> dict:
         """The :class:`TestRecord` fields that describe ``error``."""

@@ -1,0 +1,81 @@
+"""What a learner sees when ``pytest`` runs their ``exercises/``: short, and pointing at the next step.
+
+A test that reaches an untouched stub is not a bug to read a traceback about: it is work not yet
+started. In learner mode (the default for ``exercises/``; ``--kata-full`` or ``--impl solutions``
+turn it off) such tests are counted per function, with no traceback::
+
+    not started: tokenize, 2 tests
+    not started: get_hidden_states, 9 tests
+    next: write tokenize in exercises/ex1_hidden_states.py (python grader.py hint 1 for a hint)
+
+Real failures keep pytest's full report, the first one first. The tests still fail, so the exit
+status is the same as without learner mode.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from .impl import stub_reached
+from .manifest import exercise_for_test_file
+
+NOT_STARTED = "not started"
+
+
+class LearnerView:
+    """A pytest plugin: stub failures become one line per function; real failures stay in full."""
+
+    def __init__(self, config: pytest.Config, impl_dir: Path):
+        self.root = config.rootpath
+        self.impl_dir = impl_dir
+        self.not_started: Counter[tuple[str, str]] = Counter()  # (exercise file, function) -> tests
+        self.first_failure: str | None = None
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        report = outcome.get_result()
+        if call.excinfo is None or not report.failed:
+            return
+        function = stub_reached(call.excinfo.value, self.impl_dir)
+        if function is None:
+            if self.first_failure is None:
+                self.first_failure = report.nodeid
+            return
+        exercise = exercise_for_test_file(item.path, self.root)
+        source = exercise.source() if exercise is not None else str(self.impl_dir.name)
+        report.kata_stub = function
+        report.longrepr = f"{function} is not written yet (it still raises NotImplementedError)"
+        self.not_started[(source, function)] += 1
+
+    def pytest_report_teststatus(self, report, config):
+        if report.failed and getattr(report, "kata_stub", None):
+            return NOT_STARTED, "n", "NOT STARTED"
+        return None
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if not self.not_started and self.first_failure is None:
+            return
+        write = terminalreporter.write_line
+        terminalreporter.section("kata", sep="-")
+        for (_, function), count in self.not_started.items():
+            write(f"not started: {function}, {count} test{'s' * (count != 1)}")
+        if self.first_failure is not None:
+            write(f"next: fix the first failure above, {self.first_failure}")
+        else:
+            source, function = next(iter(self.not_started))
+            number = _exercise_number(source)
+            hint = f" (python grader.py hint {number} for a hint)" if number else ""
+            write(f"next: write {function} in {source}{hint}")
+
+
+def _exercise_number(source: str) -> int | None:
+    from .manifest import load_manifest
+
+    for exercise in load_manifest():
+        if exercise.source() == source:
+            return exercise.number
+    return None
