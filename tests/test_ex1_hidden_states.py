@@ -521,6 +521,10 @@ def test_activation_variance_rejects_a_token_index_out_of_range(ex, tiny_referen
         "Check token_index before indexing (kata.token_index(token_index, T) does).",
         "token-index-not-checked",
     )
+    expect("out of bounds for dimension" not in message, "token-index-not-checked", (
+        f"activation_variance let torch's own IndexError through ({message!r}), which names no "
+        f"token and no valid range: check token_index yourself first (kata.token_index does), "
+        f"and say the range -{n_tokens}..{n_tokens - 1}"))
     expect("token" in message.lower() and str(n_tokens - 1) in message,
            "token-index-message-without-range", (
                f"activation_variance raised IndexError({message!r}) for token_index="
