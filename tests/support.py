@@ -242,31 +242,26 @@ def drawn_points(ax, marked_only: bool = False) -> list[np.ndarray]:
             if len(offsets):
                 series.append(offsets)
     for line in ax.lines:
-        if line.get_transform() is not ax.transData:  # axhline/axvline: axes coordinates
-            continue
         marker = line.get_marker()
-        if marked_only and marker in (None, "None", "none", "", " "):
-            continue
-        x = np.asarray(line.get_xdata(), dtype=np.float64).ravel()
-        y = np.asarray(line.get_ydata(), dtype=np.float64).ravel()
-        if len(x) and len(x) == len(y):
-            series.append(np.stack([x, y], axis=1))
+        if not (marked_only and marker in (None, "None", "none", "", " ")):
+            series += _line_xy(ax, line)
     return series
+
+
+def _line_xy(ax, line) -> list[np.ndarray]:
+    """``[(n, 2) points]`` of a data line, ``[]`` for an axhline/axvline or an empty line."""
+    if line.get_transform() is not ax.transData:  # axhline/axvline: axes coordinates
+        return []
+    x = np.asarray(line.get_xdata(), dtype=np.float64).ravel()
+    y = np.asarray(line.get_ydata(), dtype=np.float64).ravel()
+    return [np.stack([x, y], axis=1)] if len(x) and len(x) == len(y) else []
 
 
 def line_points(ax) -> list[np.ndarray]:
     """The lines drawn on ``ax`` with a visible line style (not markers only), as (n, 2)."""
-    series = []
-    for line in ax.lines:
-        if line.get_transform() is not ax.transData:
-            continue
-        if line.get_linestyle() in ("None", "none", "", " "):
-            continue
-        x = np.asarray(line.get_xdata(), dtype=np.float64).ravel()
-        y = np.asarray(line.get_ydata(), dtype=np.float64).ravel()
-        if len(x) and len(x) == len(y):
-            series.append(np.stack([x, y], axis=1))
-    return series
+    return [points for line in ax.lines
+            if line.get_linestyle() not in ("None", "none", "", " ")
+            for points in _line_xy(ax, line)]
 
 
 # ----------------------------------------------------------------------------- fake models

@@ -265,22 +265,13 @@ def test_tokenize_rejects_an_empty_text(ex, tiny_gpt2):
 # ----------------------------------------------------------------------------- get_hidden_states
 
 
-def test_hidden_states_shape_dtype_and_no_graph_on_tiny_gpt2(
-    ex, computed, tiny_gpt2, tiny_reference
-):
-    model, _ = tiny_gpt2
-    hidden = hidden_states_of(ex, computed, "tiny-gpt2", model, tiny_reference)
-    check_hidden_states_shape(hidden, 4, tiny_reference.n_tokens, 64)
-    check_dtype_device_and_graph(hidden)
-
-
-@pytest.mark.trained
-def test_hidden_states_shape_dtype_and_no_graph_on_smollm2(
-    ex, computed, smollm2, smollm2_reference
-):
-    model, _ = smollm2
-    hidden = hidden_states_of(ex, computed, "smollm2", model, smollm2_reference)
-    check_hidden_states_shape(hidden, 30, smollm2_reference.n_tokens, 576)
+@pytest.mark.parametrize("model_name", ["tiny-gpt2", pytest.param("smollm2", marks=pytest.mark.trained)])
+def test_hidden_states_shape_dtype_and_no_graph(ex, computed, request, model_name):
+    fixture = {"tiny-gpt2": ("tiny_gpt2", "tiny_reference", 4, 64),
+               "smollm2": ("smollm2", "smollm2_reference", 30, 576)}[model_name]
+    (model, _), reference = request.getfixturevalue(fixture[0]), request.getfixturevalue(fixture[1])
+    hidden = hidden_states_of(ex, computed, model_name, model, reference)
+    check_hidden_states_shape(hidden, fixture[2], reference.n_tokens, fixture[3])
     check_dtype_device_and_graph(hidden)
 
 

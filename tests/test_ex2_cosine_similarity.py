@@ -331,57 +331,61 @@ def test_cosine_matrix_rejects_input_that_is_not_2d(ex, shape):
 # --------------------------------------------------------------------------- layer_similarity
 
 
-def test_layer_similarity_compares_one_token_across_layers(ex, tiny):
+def check_every_index(ex, function: str, hidden: torch.Tensor, axis: int, hint: str,
+                      diagnosis: str) -> None:
+    """``function(hidden, i)`` for every index i along ``axis`` (1: tokens, 0: layers) must be
+    the cosine similarity matrix of the vectors that index selects."""
     first_check_cosine_matrix(ex)
-    for token in range(tiny.n_tokens):
-        got = ex.layer_similarity(tiny.hidden, token)
-        check_shape(check_tensor(got, "layer_similarity"), (tiny.n_layers_plus_1,) * 2,
-                    f"layer_similarity(hidden_states, {token}) on tiny GPT-2 (5 hidden states)",
-                    "one row and column per layer: hidden_states[:, token_index, :] is one token "
-                    "at every layer (hidden_states[token_index] is a layer)",
-                    diagnosis="layer-similarity-indexes-a-layer")
-        check_similarity(got, tiny.hidden[:, token], f"layer_similarity(hidden_states, {token})")
+    for index in range(hidden.shape[axis]):
+        vectors = hidden[:, index] if axis == 1 else hidden[index]
+        got = getattr(ex, function)(hidden, index)
+        name = f"{function}(hidden_states, {index})"
+        check_shape(check_tensor(got, function), (len(vectors),) * 2,
+                    f"{name} for hidden states of shape {tuple(hidden.shape)}", hint,
+                    diagnosis=diagnosis)
+        check_similarity(got, vectors, name)
 
 
-def test_layer_similarity_token_out_of_range_names_the_valid_range(ex, tiny):
-    n = tiny.n_tokens
-    message = raises_clearly(
-        IndexError, lambda: ex.layer_similarity(tiny.hidden, n),
-        f"layer_similarity(hidden_states, {n}) for {n} tokens",
-        "Check token_index first (kata.token_index(token_index, T) does).",
-        "layer-similarity-index-not-checked")
-    check_message_names(message, [str(n - 1)], "layer-similarity-range-not-named",
-                        f"name the valid range of token indices (-{n}..{n - 1})")
-    # Python-style negative indices are tokens: -1 is the last one.
-    check_similarity(ex.layer_similarity(tiny.hidden, -1), tiny.hidden[:, -1],
-                     "layer_similarity(hidden_states, -1), the last token")
+def test_layer_similarity_compares_one_token_across_layers(ex, tiny):
+    check_every_index(ex, "layer_similarity", tiny.hidden, 1,
+                      "one row and column per layer: hidden_states[:, token_index, :] is one token "
+                      "at every layer (hidden_states[token_index] is a layer)",
+                      "layer-similarity-indexes-a-layer")
 
 
 # --------------------------------------------------------------------------- token_similarity
 
 
 def test_token_similarity_compares_all_tokens_within_a_layer(ex, tiny):
-    first_check_cosine_matrix(ex)
-    for layer in range(tiny.n_layers_plus_1):
-        got = ex.token_similarity(tiny.hidden, layer)
-        check_shape(check_tensor(got, "token_similarity"), (tiny.n_tokens,) * 2,
-                    f"token_similarity(hidden_states, {layer}) for {tiny.n_tokens} tokens",
-                    "one row and column per token: hidden_states[layer] is one layer, all tokens",
-                    diagnosis="token-similarity-indexes-a-token")
-        check_similarity(got, tiny.hidden[layer], f"token_similarity(hidden_states, {layer})")
+    check_every_index(ex, "token_similarity", tiny.hidden, 0,
+                      "one row and column per token: hidden_states[layer] is one layer, all tokens",
+                      "token-similarity-indexes-a-token")
 
 
-def test_token_similarity_layer_out_of_range_names_the_valid_range(ex, tiny):
-    n = tiny.n_layers_plus_1
+# function: (what its index counts, the check that teaches it, diagnosis ids, axis, last one)
+INDEX_RULES = {
+    "layer_similarity": ("token indices", "kata.token_index(token_index, T)",
+                         "layer-similarity-index-not-checked", "layer-similarity-range-not-named",
+                         1, lambda hidden: hidden[:, -1]),
+    "token_similarity": ("layers", "kata.layer_index(layer, n)",
+                         "token-similarity-layer-not-checked", "token-similarity-range-not-named",
+                         0, lambda hidden: hidden[-1]),
+}
+
+
+@pytest.mark.parametrize("function", sorted(INDEX_RULES))
+def test_an_index_out_of_range_names_the_valid_range(ex, tiny, function):
+    what, rule, unchecked, unnamed, axis, last = INDEX_RULES[function]
+    n = tiny.hidden.shape[axis]
     message = raises_clearly(
-        IndexError, lambda: ex.token_similarity(tiny.hidden, n),
-        f"token_similarity(hidden_states, {n}) for {n} hidden states",
-        "Check layer first (kata.layer_index(layer, n) does).",
-        "token-similarity-layer-not-checked")
-    check_message_names(message, [str(n - 1)], "token-similarity-range-not-named",
-                        f"name the valid range of layers (-{n}..{n - 1})")
-    check_similarity(ex.token_similarity(tiny.hidden, -1), tiny.hidden[-1],
-                     "token_similarity(hidden_states, -1), the last layer")
+        IndexError, lambda: getattr(ex, function)(tiny.hidden, n),
+        f"{function}(hidden_states, {n}) for {n} {what}",
+        f"Check the index first ({rule} does).", unchecked)
+    check_message_names(message, [str(n - 1)], unnamed,
+                        f"name the valid range of {what} (-{n}..{n - 1})")
+    # Python-style negative indices count from the end: -1 is the last one.
+    check_similarity(getattr(ex, function)(tiny.hidden, -1), last(tiny.hidden),
+                     f"{function}(hidden_states, -1), the last of the {what}")
 
 
 # --------------------------------------------------------------------------- laminar_profile
@@ -448,35 +452,48 @@ def check_figure(fig, name: str) -> None:
            f"{name} should return a matplotlib Figure, got {type(fig).__name__}")
 
 
+def check_panel_image(ax, k: int, index: int, vectors_of, what: str, argument: str,
+                      function: str, figure: str) -> None:
+    """Panel ``k`` must show the similarity matrix of ``vectors_of(index)``; if it shows that of
+    ``vectors_of(k)``, the loop counter took the place of the index its title names."""
+    shown, title = ax.images[0].get_array(), ax.get_title()
+    if close(shown, reference_similarity(vectors_of(index))):
+        return
+    if close(shown, reference_similarity(vectors_of(k))):
+        diagnose(f"{figure}-loop-counter", (
+            f"panel {k} is titled {title!r} but shows {what} {k}: the image uses the loop "
+            f"counter instead of the {what} in its title (use {argument}[{k}] = {index})"))
+    diagnose(f"{figure}-matrix-wrong", (
+        f"panel {k} ({title!r}) does not show {function}(hidden_states, {index}); "
+        f"check {function} first"))
+
+
+def panels_of(fig, name: str, n: int, what: str, figure: str) -> list:
+    """The image panels of the figure ``name`` returned, which must be one per ``what``."""
+    check_figure(fig, name)
+    panels = image_panels(fig)
+    expect(len(panels) == n, f"{figure}-panel-count-wrong",
+           f"expected one image panel per {what} ({n}), got {len(panels)}")
+    return panels
+
+
 def has_colour_bar(panels) -> bool:
     return any(getattr(image, "colorbar", None) is not None for ax in panels for image in ax.images)
 
 
 def test_layer_figure_panels_show_the_token_in_their_title(ex, tiny, tmp_path):
     indices = [0, 3, 6, 9]  # like the post: linspace(0, T - 1, 4)
-    fig = ex.plot_layer_similarity(tiny.hidden, indices, tiny.labels)
-    check_figure(fig, "plot_layer_similarity")
-    panels = image_panels(fig)
-    expect(len(panels) == len(indices), "layer-figure-panel-count-wrong",
-           f"expected one image panel per token ({len(indices)}), got {len(panels)}")
+    panels = panels_of(ex.plot_layer_similarity(tiny.hidden, indices, tiny.labels),
+                       "plot_layer_similarity", len(indices), "token", "layer-figure")
+    fig = panels[0].figure
     for k, (ax, token) in enumerate(zip(panels, indices)):
         title = ax.get_title()
         expect(f"token {token}" in title and tiny.labels[token] in title,
                "layer-figure-title-wrong", (
                    f"panel {k} should be titled with its token, like "
                    f"'token {token}: {tiny.labels[token]!r}'; got {title!r}"))
-        shown = ax.images[0].get_array()
-        if not close(shown, reference_similarity(tiny.hidden[:, token])):
-            if close(shown, reference_similarity(tiny.hidden[:, k])):
-                diagnose("layer-figure-loop-counter",
-                    f"panel {k} is titled {title!r} but shows token {k}: the image uses the loop "
-                    f"counter instead of the token in its title (use token_indices[{k}] = {token})"
-                )
-            diagnose(
-                "layer-figure-matrix-wrong",
-                f"panel {k} ({title!r}) does not show layer_similarity(hidden_states, {token}); "
-                "check layer_similarity first"
-            )
+        check_panel_image(ax, k, token, lambda t: tiny.hidden[:, t], "token", "token_indices",
+                          "layer_similarity", "layer-figure")
     fig.savefig(tmp_path / "layer_similarity.png", dpi=50)
 
 
@@ -510,27 +527,15 @@ def test_layer_figure_colours_axes_and_colour_bar(ex, tiny):
 
 def test_token_figure_panels_show_the_layer_in_their_title(ex, tiny, tmp_path):
     layers = [0, 1, 3, 4]  # like the post: linspace(0, n_layers, 4), rounded
-    fig = ex.plot_token_similarity(tiny.hidden, layers, tiny.labels)
-    check_figure(fig, "plot_token_similarity")
-    panels = image_panels(fig)
-    expect(len(panels) == len(layers), "token-figure-panel-count-wrong",
-           f"expected one image panel per layer ({len(layers)}), got {len(panels)}")
+    panels = panels_of(ex.plot_token_similarity(tiny.hidden, layers, tiny.labels),
+                       "plot_token_similarity", len(layers), "layer", "token-figure")
+    fig = panels[0].figure
     for k, (ax, layer) in enumerate(zip(panels, layers)):
         title = ax.get_title()
         expect(f"layer {layer}" in title, "token-figure-title-wrong",
                f"panel {k} should be titled 'layer {layer}', got {title!r}")
-        shown = ax.images[0].get_array()
-        if not close(shown, reference_similarity(tiny.hidden[layer])):
-            if close(shown, reference_similarity(tiny.hidden[k])):
-                diagnose("token-figure-loop-counter",
-                    f"panel {k} is titled {title!r} but shows layer {k}: the image uses the loop "
-                    f"counter instead of the layer in its title (use layers[{k}] = {layer})"
-                )
-            diagnose(
-                "token-figure-matrix-wrong",
-                f"panel {k} ({title!r}) does not show token_similarity(hidden_states, {layer}); "
-                "check token_similarity first"
-            )
+        check_panel_image(ax, k, layer, lambda i: tiny.hidden[i], "layer", "layers",
+                          "token_similarity", "token-figure")
     fig.savefig(tmp_path / "token_similarity.png", dpi=50)
 
 

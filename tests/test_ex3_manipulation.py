@@ -761,12 +761,14 @@ def test_plot_scaling_experiment(ex, tmp_path):
 # ----------------------------------------------------------------------------- trained models
 
 
+def top_21_after_kafka(ex, model, tokenizer) -> list[str]:
+    input_ids = tokenizer(kata.KAFKA_TEXT, return_tensors="pt")["input_ids"]
+    return [text for text, _ in ex.top_next_tokens(model, tokenizer, input_ids, k=21)]
+
+
 @pytest.mark.trained
 def test_smollm2_puts_insect_among_the_top_21(ex, smollm2):
-    model, tokenizer = smollm2
-    input_ids = tokenizer(kata.KAFKA_TEXT, return_tensors="pt")["input_ids"]
-    top = ex.top_next_tokens(model, tokenizer, input_ids, k=21)
-    texts = [text for text, _ in top]
+    texts = top_21_after_kafka(ex, *smollm2)
     expect(kata.TARGET_WORD in texts, "insect-not-in-top-21", (
         f"SmolLM2 ranks ' insect' among its 21 most likely next tokens after the Kafka sentence "
         f"(9th when measured), but the list was {texts}"
@@ -798,8 +800,6 @@ def test_smollm2_scaling_lowers_insect_at_most_blocks(ex, smollm2):
 
 @pytest.mark.trained
 def test_gpt2_ranks_insect_15th(ex, gpt2):
-    model, tokenizer = gpt2
-    input_ids = tokenizer(kata.KAFKA_TEXT, return_tensors="pt")["input_ids"]
-    texts = [text for text, _ in ex.top_next_tokens(model, tokenizer, input_ids, k=21)]
+    texts = top_21_after_kafka(ex, *gpt2)
     expect(kata.TARGET_WORD in texts and texts.index(kata.TARGET_WORD) == 14, "insect-not-15th", (
         f"the post's GPT-2 lists ' insect' 15th of its 21 most likely next tokens; got {texts}"))
