@@ -35,7 +35,6 @@ from tests.support import (  # noqa: E402
     check_tensor,
     drawn_points,
     expect,
-    learner_call,
     raises_clearly,
     reference_logits,
     scaled_block_log_probs,
