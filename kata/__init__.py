@@ -14,6 +14,7 @@ except _requirements.UnsupportedVersion as error:
 from .architectures import blocks, context_length, final_norm
 from .models import ModelNotAvailable, default_device, load_model
 from .texts import KAFKA_TEXT, PENGUIN_TEXT, TARGET_WORD
+from .validation import layer_index, one_sequence, token_id, token_index
 
 __all__ = [
     "KAFKA_TEXT",
@@ -24,5 +25,9 @@ __all__ = [
     "context_length",
     "default_device",
     "final_norm",
+    "layer_index",
     "load_model",
+    "one_sequence",
+    "token_id",
+    "token_index",
 ]

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from .diagnosis import diagnose
 from .hooks import hook_snapshot, restore_hooks
 from .impl import import_implementation, patched_solution
 from .learner_view import LearnerView
@@ -148,9 +149,9 @@ def _no_hook_survives_a_test():
     for name, (model, _, clean) in _SESSION_MODELS.items():
         leaks += [f"{name}: {where}" for where in restore_hooks(model, clean)]
     if leaks:
-        pytest.fail(
+        diagnose(
+            "hook-left-on-model",
             "a forward hook was still registered on the model after this test "
             f"({', '.join(sorted(set(leaks)))}): every hook you register must be removed, "
             "with handle.remove() in a finally block. kata removed it for the next tests.",
-            pytrace=False,
         )

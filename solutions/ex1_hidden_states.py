@@ -60,22 +60,6 @@ def tokenize(tokenizer, text: str):
     return tokenizer(text, return_tensors="pt")
 
 
-def _check_fits_model(model, input_ids: torch.Tensor) -> None:
-    """Raise a clear ValueError unless ``input_ids`` is one text (1, T) the model can read."""
-    if input_ids.dim() != 2 or input_ids.shape[0] != 1:
-        raise ValueError(
-            f"expected the input_ids of one text, shape (1, T); got shape {tuple(input_ids.shape)}"
-        )
-    n_tokens, limit = input_ids.shape[1], kata.context_length(model)
-    if n_tokens == 0:
-        raise ValueError("the text has no tokens")
-    if n_tokens > limit:
-        raise ValueError(
-            f"the text has {n_tokens} tokens, but this model reads at most {limit} "
-            f"(its context length): use a shorter text"
-        )
-
-
 # ----------------------------------------------------------------------------- hidden states
 
 
@@ -92,12 +76,11 @@ def get_hidden_states(model, tokens) -> torch.Tensor:
 
     Post: Python demo 1, "13 hidden states, each 1x10x768" (figure 5).
     """
-    input_ids = tokens["input_ids"]
-    _check_fits_model(model, input_ids)
+    input_ids = kata.one_sequence(tokens["input_ids"], model)  # (1, T), checked
     with torch.no_grad():
         outputs = model(
-            input_ids=input_ids.to(model.device),
-            attention_mask=tokens["attention_mask"].to(model.device),
+            input_ids=input_ids,
+            attention_mask=torch.ones_like(input_ids),  # one text: every token is real
             output_hidden_states=True,
         )
     hidden_states = torch.stack(outputs.hidden_states)  # (n_layers + 1, 1, T, d_model)
@@ -119,8 +102,7 @@ def embedding_layer_output(model, input_ids: torch.Tensor) -> torch.Tensor:
 
     Post: Python demo 1, "the hidden state of the embeddings ... plus the position embeddings".
     """
-    _check_fits_model(model, input_ids)
-    token_ids = input_ids[0].to(model.device)  # (T,)
+    token_ids = kata.one_sequence(input_ids, model)[0]  # (T,), checked
     with torch.no_grad():
         vectors = model.get_input_embeddings()(token_ids)  # (T, d_model)
         position_table = getattr(getattr(model, "transformer", None), "wpe", None)
@@ -137,7 +119,8 @@ def raw_last_block_output(model, tokens) -> torch.Tensor:
     applies its final norm (``kata.final_norm(model)``) first. Capture the block's output with a
     temporary forward hook on ``kata.blocks(model)[-1]``, and remove the hook in a ``finally``
     block so it never outlives this call, even when the forward pass fails. Raises ``ValueError``
-    for a text longer than the model's context.
+    for a text longer than the model's context (``kata.one_sequence(input_ids, model)`` checks
+    the token ids of one text and returns them as (1, T) on the model's device).
 
     Hint: a block returns a tuple ``(hidden, ...)`` in older transformers and a plain tensor
     (1, T, d_model) in newer ones: take ``output[0]`` only when the output is a tuple.
@@ -145,7 +128,7 @@ def raw_last_block_output(model, tokens) -> torch.Tensor:
     Post: Python demo 1 (hooks) and demo 2, "the hidden state of the last transformer includes
     a final normalization".
     """
-    _check_fits_model(model, tokens["input_ids"])
+    input_ids = kata.one_sequence(tokens["input_ids"], model)  # (1, T), checked
     captured = {}
 
     def keep_output(module, inputs, output):
@@ -155,10 +138,7 @@ def raw_last_block_output(model, tokens) -> torch.Tensor:
     handle = kata.blocks(model)[-1].register_forward_hook(keep_output)
     try:
         with torch.no_grad():
-            model(
-                input_ids=tokens["input_ids"].to(model.device),
-                attention_mask=tokens["attention_mask"].to(model.device),
-            )
+            model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
     finally:
         handle.remove()
     return captured["hidden"][0].float().cpu()  # (T, d_model)
@@ -167,30 +147,22 @@ def raw_last_block_output(model, tokens) -> torch.Tensor:
 # ----------------------------------------------------------------------------- one token
 
 
-def _check_token_index(hidden_states: torch.Tensor, token_index: int) -> None:
-    """Raise a clear IndexError unless ``token_index`` names one of the T tokens."""
-    n_tokens = hidden_states.shape[1]
-    if not -n_tokens <= token_index < n_tokens:
-        raise IndexError(
-            f"token_index {token_index} is out of range: the text has {n_tokens} tokens, "
-            f"so the valid range is 0 to {n_tokens - 1} (or -{n_tokens} to -1 from the end)"
-        )
-
-
 def activation_variance(hidden_states: torch.Tensor, token_index: int) -> torch.Tensor:
     """How spread out one token's activations are, at every layer.
 
     ``hidden_states`` is (n_layers + 1, T, d_model). Returns (n_layers + 1,): entry i is the
     variance of the d_model numbers of token ``token_index`` at layer i. This is the sample
     (unbiased) variance, dividing by d_model - 1, which is what ``torch.var`` computes by
-    default. Raises ``IndexError`` naming the valid range when ``token_index`` is not a token.
+    default. A negative ``token_index`` counts from the end, as in Python. Raises ``IndexError``
+    naming the valid range (``-T..T-1``) when ``token_index`` is not a token:
+    ``kata.token_index(token_index, T)`` makes that check, the kata's one rule for token indices.
 
     Hint: select the token first (``hidden_states[:, token_index, :]`` is (n_layers + 1,
     d_model)), then take the variance along the last dimension, not across the layers.
 
     Post: Python demo 1, figure 6, right panel.
     """
-    _check_token_index(hidden_states, token_index)
+    token_index = kata.token_index(token_index, hidden_states.shape[1])  # IndexError if no token
     token_vectors = hidden_states[:, token_index, :]  # (n_layers + 1, d_model)
     return token_vectors.var(dim=-1)  # (n_layers + 1,)
 

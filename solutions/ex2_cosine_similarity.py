@@ -19,6 +19,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
+import kata
+
 #: Smallest vector length used in a division, so that a zero vector gives 0 instead of NaN.
 EPS = 1e-8
 
@@ -59,7 +61,7 @@ def layer_similarity(hidden_states: torch.Tensor, token_index: int) -> torch.Ten
 
     Args:
         hidden_states: ``(n_layers + 1, T, d_model)``.
-        token_index: which token, ``0 <= token_index < T``.
+        token_index: which token, ``-T <= token_index < T`` (negative counts from the end).
 
     Returns:
         ``(n_layers + 1, n_layers + 1)``: entry ``[a, b]`` is the cosine similarity between the
@@ -73,12 +75,7 @@ def layer_similarity(hidden_states: torch.Tensor, token_index: int) -> torch.Ten
 
     Post: Python demo 2, figure 7.
     """
-    n_tokens = hidden_states.shape[1]
-    if not 0 <= token_index < n_tokens:
-        raise IndexError(
-            f"token_index {token_index} is out of range: the text has {n_tokens} tokens, "
-            f"so the valid token indices are 0 to {n_tokens - 1}"
-        )
+    token_index = kata.token_index(token_index, hidden_states.shape[1])  # IndexError if no token
     return cosine_similarity_matrix(hidden_states[:, token_index, :])
 
 
@@ -87,7 +84,8 @@ def token_similarity(hidden_states: torch.Tensor, layer: int) -> torch.Tensor:
 
     Args:
         hidden_states: ``(n_layers + 1, T, d_model)``.
-        layer: which layer, ``0 <= layer <= n_layers`` (0 is the embedding layer).
+        layer: which layer, ``-(n_layers + 1) <= layer <= n_layers`` (0 is the embedding
+            layer, -1 the last).
 
     Returns:
         ``(T, T)``: entry ``[i, j]`` is the cosine similarity of token ``i`` and token ``j``
@@ -100,12 +98,7 @@ def token_similarity(hidden_states: torch.Tensor, layer: int) -> torch.Tensor:
 
     Post: Python demo 2, figure 8.
     """
-    n_layers_plus_1 = hidden_states.shape[0]
-    if not 0 <= layer < n_layers_plus_1:
-        raise IndexError(
-            f"layer {layer} is out of range: there are {n_layers_plus_1} hidden states, "
-            f"so the valid layers are 0 (the embedding layer) to {n_layers_plus_1 - 1}"
-        )
+    layer = kata.layer_index(layer, hidden_states.shape[0])  # IndexError if no such layer
     return cosine_similarity_matrix(hidden_states[layer])
 
 

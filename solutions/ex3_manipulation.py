@@ -80,23 +80,9 @@ def _next_token_logits(model, input_ids):
     Shared by ``next_token_log_probs`` and ``top_next_tokens``. Accepts one sequence as
     ``(1, T)`` (what ``tokenizer(text, return_tensors="pt")`` gives) or ``(T,)``.
     """
-    input_ids = torch.as_tensor(input_ids)
-    if input_ids.dim() == 1:
-        input_ids = input_ids[None]  # (T,) -> (1, T)
-    if input_ids.dim() != 2 or input_ids.shape[0] != 1:
-        raise ValueError(
-            f"input_ids must be one sequence, shape (1, T) or (T,); "
-            f"got shape {tuple(input_ids.shape)}"
-        )
-    n_tokens, limit = input_ids.shape[1], kata.context_length(model)
-    if n_tokens == 0:
-        raise ValueError("input_ids is empty: there is no last token to predict from")
-    if n_tokens > limit:
-        raise ValueError(
-            f"input_ids has {n_tokens} tokens, more than the model's context length of {limit}"
-        )
+    input_ids = kata.one_sequence(input_ids, model)  # (1, T) on the model's device, checked
     with torch.no_grad():  # no autograd graph: we only read the prediction
-        logits = model(input_ids.to(model.device)).logits  # (1, T, vocab_size)
+        logits = model(input_ids).logits  # (1, T, vocab_size)
     # Only the last position predicts the next token. (transformers can skip computing the
     # other positions with logits_to_keep=1; taking [0, -1] keeps this readable.)
     return logits[0, -1].float().cpu()
@@ -194,11 +180,7 @@ def scaling_experiment(model, input_ids, target_id, factor=0.8):
 
     Post: demo 3, the experiment loop (steps 1-7) and figure 11.
     """
-    vocab_size = model.config.vocab_size
-    if not 0 <= target_id < vocab_size:
-        raise ValueError(
-            f"target_id {target_id} is not a token id (the vocabulary has {vocab_size} tokens)"
-        )
+    target_id = kata.token_id(target_id, model.config.vocab_size)  # ValueError if no token
     hook = make_scaling_hook(factor)
     model_blocks = kata.blocks(model)
     values = torch.empty(len(model_blocks), dtype=torch.float32)

@@ -47,17 +47,15 @@ def fast_scaling_experiment(model, input_ids, target_id, factor=0.8):
     Every hook is removed before returning, also when the forward pass raises.
     Raises ``ValueError`` when ``target_id`` is not a token id of the model (say "token id"
     in the message) or when the input is empty or longer than the model's context (the
-    provided ``_one_sequence`` checks the input for you).
+    function ``kata.one_sequence(input_ids, model)`` checks the input for you).
 
     Hint: ``torch.cat([hidden, hidden[:1] * factor])`` appends the scaled clean row; a block
     may return a tuple (transformers up to 5.2) or a tensor.
 
     Post: demo 3, the experiment loop and figure 11.
     """
-    input_ids = _one_sequence(model, input_ids)
-    vocab_size = model.config.vocab_size
-    if not 0 <= target_id < vocab_size:
-        raise ValueError(f"target_id {target_id} is not a token id (vocabulary: {vocab_size})")
+    input_ids = kata.one_sequence(input_ids, model)  # (1, T) on the model's device, checked
+    target_id = kata.token_id(target_id, model.config.vocab_size)  # ValueError if no token
 
     handles = []
     try:
@@ -84,15 +82,3 @@ def _append_scaled_clean_row(factor):
 
     return hook
 
-
-def _one_sequence(model, input_ids):
-    """``input_ids`` as ``(1, T)`` on the model's device, checked against the context length."""
-    input_ids = torch.as_tensor(input_ids)
-    if input_ids.dim() == 1:
-        input_ids = input_ids[None]
-    if input_ids.dim() != 2 or input_ids.shape[0] != 1 or input_ids.shape[1] == 0:
-        raise ValueError(f"input_ids must be one non-empty sequence, got shape {tuple(input_ids.shape)}")
-    limit = kata.context_length(model)
-    if input_ids.shape[1] > limit:
-        raise ValueError(f"input_ids has {input_ids.shape[1]} tokens, more than the context of {limit}")
-    return input_ids.to(model.device)

@@ -19,11 +19,22 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from matplotlib.collections import PathCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 import kata  # noqa: E402
-from tests.helpers import check_shape, check_tensor  # noqa: E402
+from kata.diagnosis import diagnose  # noqa: E402
+from tests.support import (  # noqa: E402
+    check_message_names,
+    check_shape,
+    check_tensor,
+    close,
+    cosine_matrix,
+    drawn_points,
+    expect,
+    line_points,
+    raises_clearly,
+    reference_hidden_states,
+)
 
 # --------------------------------------------------------------------------- hidden states
 
@@ -43,12 +54,9 @@ class States:
 
 
 def hidden_states_of(model, tokenizer, text: str) -> States:
-    tokens = tokenizer(text, return_tensors="pt").to(model.device)
-    with torch.no_grad():
-        output = model(**tokens, output_hidden_states=True)
-    hidden = torch.stack(output.hidden_states)[:, 0].float().cpu()
-    labels = [tokenizer.decode([i]) for i in tokens["input_ids"][0].tolist()]
-    return States(hidden, labels)
+    input_ids = tokenizer(text, return_tensors="pt")["input_ids"]
+    labels = [tokenizer.decode([i]) for i in input_ids[0].tolist()]
+    return States(reference_hidden_states(model, input_ids), labels)
 
 
 @pytest.fixture(scope="module")
@@ -73,9 +81,7 @@ def _close_figures():
 # --------------------------------------------------------------------------- references
 
 
-def reference_similarity(vectors: torch.Tensor) -> torch.Tensor:
-    """(n, d) -> (n, n) with torch's own cosine similarity, by broadcasting row against row."""
-    return F.cosine_similarity(vectors[:, None, :], vectors[None, :, :], dim=-1)
+reference_similarity = cosine_matrix
 
 
 def pairs(n_tokens: int, skip_first: bool) -> list[tuple[int, int]]:
@@ -95,43 +101,64 @@ def reference_profile(hidden: torch.Tensor, skip_first: bool = True, diagonal: b
     return F.cosine_similarity(hidden[:, i, :], hidden[:, j, :], dim=-1)
 
 
-def close(a, b, atol=1e-5) -> bool:
-    a = torch.as_tensor(np.asarray(a, dtype=np.float64))
-    b = torch.as_tensor(np.asarray(torch.as_tensor(b).detach().cpu(), dtype=np.float64))
-    return a.shape == b.shape and bool(torch.allclose(a, b, atol=atol, rtol=1e-4))
-
-
 # --------------------------------------------------------------------------- diagnosing mistakes
 
 
-def similarity_hint(got: torch.Tensor, vectors: torch.Tensor) -> str:
-    """What a wrong (n, n) similarity matrix of ``vectors`` (n, d) most likely came from."""
+def similarity_hint(got: torch.Tensor, vectors: torch.Tensor) -> tuple[str, str]:
+    """The diagnosis id and the hint: what a wrong (n, n) similarity matrix of ``vectors`` (n, d)
+    most likely came from."""
     n, d = vectors.shape
     if tuple(got.shape) == (d, d) and d != n:
-        return (
+        return "similarity-wrong-dimension", (
             f"it is ({d}, {d}), one row per coordinate: you compared the coordinates instead of "
             "the vectors (wrong dimension). With one vector per row the result is "
             "unit @ unit.T, shape (n, n)"
         )
     if close(got, vectors @ vectors.T, atol=1e-3):
-        return (
+        return "similarity-plain-dot-products", (
             "these are plain dot products: cosine similarity divides by both lengths, so "
             "normalise every row to length 1 first"
         )
     wrong = vectors / vectors.norm(dim=0, keepdim=True)
     if close(got, wrong @ wrong.T, atol=1e-3):
-        return (
+        return "similarity-normalised-wrong-dimension", (
             "you normalised along the wrong dimension (dim=0, across the vectors): every row "
             "must have length 1, so take the norm over the last dimension (dim=-1, keepdim=True)"
         )
     diagonal = torch.diagonal(got)
     if not close(diagonal, torch.ones(n), atol=1e-4):
-        return (
+        return "similarity-diagonal-not-one", (
             f"the diagonal should be all ones (each vector with itself) but ranges from "
-            f"{diagonal.min().item():.3g} to {diagonal.max().item():.3g}: normalise each row "
-            "(dim=-1, not the wrong dimension) before the matrix product"
+            f"{diagonal.min().item():.3g} to {diagonal.max().item():.3g}: divide every row by "
+            "its own length before the matrix product"
         )
-    return "compare one entry by hand with torch.nn.functional.cosine_similarity"
+    return "similarity-wrong", "compare one entry by hand with torch.nn.functional.cosine_similarity"
+
+
+def similarity_of(ex, vectors: torch.Tensor, call: str = "cosine_similarity_matrix"):
+    """``ex.cosine_similarity_matrix(vectors)``, with a broadcasting error explained."""
+    try:
+        return ex.cosine_similarity_matrix(vectors)
+    except RuntimeError as error:
+        if "must match the size" in str(error):
+            n, d = vectors.shape
+            diagnose("row-norm-without-keepdim", (
+                f"{call} on ({n}, {d}) vectors failed with a broadcasting error ({error}): "
+                f"the row lengths have shape ({n},), and dividing the ({n}, {d}) vectors by them "
+                f"lines them up with the {d} columns, not the {n} rows; keep the dimension, "
+                "vectors.norm(dim=-1, keepdim=True), to get ({n}, 1)"))
+        raise
+
+
+def first_check_cosine_matrix(ex) -> None:
+    """Functions built on cosine_similarity_matrix are only checked once it works."""
+    vectors = random_vectors(n=6, d=16, seed=5)
+    got = similarity_of(ex, vectors, "cosine_similarity_matrix (which this function uses)")
+    got = check_tensor(got, "cosine_similarity_matrix")
+    if not close(got, cosine_matrix(vectors)):
+        id, hint = similarity_hint(got.detach().float().cpu(), vectors)
+        diagnose(id, "cosine_similarity_matrix, which this function builds on, is wrong; fix it "
+                 f"first: {hint}")
 
 
 def check_similarity(got, vectors: torch.Tensor, name: str) -> None:
@@ -140,12 +167,10 @@ def check_similarity(got, vectors: torch.Tensor, name: str) -> None:
     if close(got, reference_similarity(vectors)):
         return
     n, d = vectors.shape
-    assert tuple(got.shape) in ((n, n), (d, d)), (
-        f"{name} has shape {tuple(got.shape)}, expected {(n, n)}"
-    )
-    raise AssertionError(
-        f"{name} differs from torch's cosine similarity: {similarity_hint(got, vectors)}"
-    )
+    expect(tuple(got.shape) in ((n, n), (d, d)), "similarity-shape-wrong",
+           f"{name} has shape {tuple(got.shape)}, expected {(n, n)}")
+    id, hint = similarity_hint(got, vectors)
+    diagnose(id, f"{name} differs from torch's cosine similarity: {hint}")
 
 
 def is_sorted(profile: torch.Tensor) -> bool:
@@ -153,50 +178,60 @@ def is_sorted(profile: torch.Tensor) -> bool:
     return bool((profile[:, 1:] >= profile[:, :-1]).all())
 
 
-def profile_hint(got: torch.Tensor, hidden: torch.Tensor, skip_first: bool) -> str:
-    """What a wrong laminar profile most likely came from."""
+def profile_hint(got: torch.Tensor, hidden: torch.Tensor, skip_first: bool) -> tuple[str, str]:
+    """The diagnosis id and the hint: what a wrong laminar profile most likely came from."""
     n_tokens = hidden.shape[1]
     kept = n_tokens - 1 if skip_first else n_tokens
     expected_pairs = kept * (kept - 1) // 2
     with_first = reference_profile(hidden, skip_first=False)
     without_first = reference_profile(hidden, skip_first=True)
     if skip_first and close(got, with_first):
-        return (
+        return "profile-first-token-kept", (
             f"it has the {with_first.shape[1]} pairs of all {n_tokens} tokens: you forgot to leave "
             f"out the first token (with skip_first=True, drop token 0 first; P = (T-1)(T-2)/2 = "
             f"{expected_pairs})"
         )
     if not skip_first and close(got, without_first):
-        return (
+        return "profile-first-token-dropped", (
             "with skip_first=False the first token must be kept: P = T(T-1)/2 = "
             f"{expected_pairs}, but these are only the pairs without token 0"
         )
     if close(got, reference_profile(hidden, skip_first, diagonal=True)):
-        return (
+        return "profile-includes-diagonal", (
             "it includes the diagonal, each token paired with itself (similarity 1): take the "
             "strict upper triangle, torch.triu_indices(n, n, offset=1)"
         )
+    expected = reference_profile(hidden, skip_first)
     if got.ndim == 2 and got.shape[0] == hidden.shape[0]:
+        lowest_dropped = [row.unique()[1:] for row in expected]
+        zero_kept = [torch.cat([row, torch.zeros(1)]).unique()[1:] for row in expected]
+        if (all(close(g, u) for g, u in zip(got, lowest_dropped))
+                or (all(close(g, u) for g, u in zip(got, zero_kept))
+                    and bool((expected.min(dim=1).values < 0).all()))):
+            return "unique-drops-lowest-pair", (
+                "each layer's values are sorted and its lowest similarity is missing: "
+                "torch.unique(...)[1:] sorts the values, so [1:] drops the most negative pair, "
+                "not the diagonal; take the pairs with torch.triu_indices(n, n, offset=1)"
+            )
         if got.shape[1] < expected_pairs:
-            return (
+            return "unique-merges-pairs", (
                 f"it has only {got.shape[1]} value(s) per layer instead of {expected_pairs} pairs: "
                 "were duplicate pairs lost to torch.unique, which merges equal similarities? Index "
                 "with torch.triu_indices(n, n, offset=1) instead, which keeps every pair"
             )
-        expected = reference_profile(hidden, skip_first)
         if got.shape[1] > 1 and is_sorted(got) and not is_sorted(expected):
-            return (
+            return "unique-sorts-pairs", (
                 "every layer's values are sorted: torch.unique sorts (and merges equal values, "
                 "losing duplicate pairs); keep the pairs in torch.triu_indices(n, n, offset=1) "
                 "order instead"
             )
         same_values = close(got.sort(dim=1).values, expected.sort(dim=1).values)
         if got.shape == expected.shape and same_values:
-            return (
+            return "profile-pairs-wrong-order", (
                 "the right values in the wrong order: list the pairs row by row, (0, 1), (0, 2), "
                 "..., (1, 2), ..., as torch.triu_indices(n, n, offset=1) does"
             )
-    return (
+    return "profile-wrong", (
         f"expected {expected_pairs} pairs per layer in torch.triu_indices(n, n, offset=1) order"
         + (", the first token left out" if skip_first else ", the first token included")
         + "; check token_similarity first"
@@ -208,11 +243,25 @@ def check_profile(got, hidden: torch.Tensor, skip_first: bool, name: str) -> Non
     expected = reference_profile(hidden, skip_first)
     if close(got, expected):
         return
+    id, hint = profile_hint(got, hidden, skip_first)
     if got.shape == expected.shape:
-        raise AssertionError(f"{name} has the right shape {tuple(got.shape)} but wrong values: "
-                             + profile_hint(got, hidden, skip_first))
-    raise AssertionError(f"{name} has shape {tuple(got.shape)}, expected {tuple(expected.shape)}: "
-                         + profile_hint(got, hidden, skip_first))
+        diagnose(id, f"{name} has the right shape {tuple(got.shape)} but wrong values: {hint}")
+    diagnose(id, f"{name} has shape {tuple(got.shape)}, expected {tuple(expected.shape)}: {hint}")
+
+
+def profile_of(ex, hidden: torch.Tensor, **kwargs):
+    """``ex.laminar_profile(hidden, **kwargs)``; a failed torch.stack of unequal rows explained."""
+    first_check_cosine_matrix(ex)
+    try:
+        return ex.laminar_profile(hidden, **kwargs)
+    except RuntimeError as error:
+        if "stack expects each tensor to be equal size" in str(error):
+            diagnose("unique-merges-pairs", (
+                f"laminar_profile could not stack its layers ({error}): the layers have "
+                "different numbers of values, which happens when torch.unique merges equal "
+                "similarities (ties); index with torch.triu_indices(n, n, offset=1), which keeps "
+                "every pair"))
+        raise
 
 
 # ---------------------------------------------------------------------- cosine_similarity_matrix
@@ -226,146 +275,137 @@ def random_vectors(n=6, d=16, seed=0) -> torch.Tensor:
 
 def test_cosine_matrix_matches_torch(ex):
     vectors = random_vectors()
-    got = ex.cosine_similarity_matrix(vectors)
+    got = similarity_of(ex, vectors)
     check_similarity(got, vectors, "cosine_similarity_matrix(vectors)")
 
 
 def test_cosine_matrix_is_symmetric_with_unit_diagonal_and_in_range(ex):
     vectors = random_vectors(n=8, d=5, seed=1)
-    got = check_tensor(ex.cosine_similarity_matrix(vectors), "cosine_similarity_matrix")
+    got = check_tensor(similarity_of(ex, vectors), "cosine_similarity_matrix")
     check_shape(got, (8, 8), "cosine_similarity_matrix of 8 vectors of length 5",
-                "one row and one column per vector (not per coordinate: wrong dimension?)")
-    assert torch.allclose(got, got.T, atol=1e-6), (
-        "the similarity matrix is not symmetric: a with b must give the same as b with a"
-    )
+                "one row and one column per vector (not per coordinate: wrong dimension?)",
+                diagnosis="similarity-wrong-dimension")
+    expect(torch.allclose(got, got.T, atol=1e-6), "similarity-not-symmetric",
+           "the similarity matrix is not symmetric: a with b must give the same as b with a")
     diagonal = torch.diagonal(got)
-    assert torch.allclose(diagonal, torch.ones(8), atol=1e-5), (
+    id, hint = similarity_hint(got, vectors)
+    expect(torch.allclose(diagonal, torch.ones(8), atol=1e-5), id, (
         "the diagonal should be all ones (each vector with itself), got "
-        f"{[round(x, 3) for x in diagonal.tolist()]}: " + similarity_hint(got, vectors)
-    )
-    assert got.min() >= -1 - 1e-5 and got.max() <= 1 + 1e-5, (
+        f"{[round(x, 3) for x in diagonal.tolist()]}: {hint}"))
+    expect(got.min() >= -1 - 1e-5 and got.max() <= 1 + 1e-5, id, (
         f"cosine similarities lie in [-1, 1], got values from {got.min().item():.3g} to "
-        f"{got.max().item():.3g}: " + similarity_hint(got, vectors)
-    )
+        f"{got.max().item():.3g}: {hint}"))
 
 
 def test_cosine_matrix_of_a_zero_vector_is_not_nan(ex):
     vectors = torch.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0], [3.0, -1.0, 0.5]])
-    got = check_tensor(ex.cosine_similarity_matrix(vectors), "cosine_similarity_matrix")
-    assert not torch.isnan(got).any(), (
+    got = check_tensor(similarity_of(ex, vectors), "cosine_similarity_matrix")
+    expect(not torch.isnan(got).any(), "zero-vector-nan", (
         "a zero vector gave NaN: its length is 0 and 0 / 0 is NaN. Keep the length away from 0 "
         "before dividing (lengths.clamp_min(1e-8)), so that a zero vector gets similarity 0"
-    )
+    ))
     off_diagonal = torch.cat([got[1, [0, 2]], got[[0, 2], 1]])
-    assert torch.allclose(off_diagonal, torch.zeros(4), atol=1e-6), (
+    expect(torch.allclose(off_diagonal, torch.zeros(4), atol=1e-6), "zero-vector-similarity-not-zero", (
         f"a zero vector has no direction: its similarity with the other vectors should be 0, got "
         f"{off_diagonal.tolist()}"
-    )
+    ))
     # A zero vector with itself is undefined: 0 (as torch's cosine_similarity gives) or 1 both pass.
     itself = got[1, 1].item()
-    assert itself == pytest.approx(0.0, abs=1e-6) or itself == pytest.approx(1.0), (
-        f"the zero vector's similarity with itself should be 0 (as torch gives) or 1, got {itself}"
-    )
+    expect(itself == pytest.approx(0.0, abs=1e-6) or itself == pytest.approx(1.0),
+           "zero-vector-self-similarity",
+           f"the zero vector's similarity with itself should be 0 (as torch gives) or 1, got {itself}")
     check_similarity(got[[0, 2]][:, [0, 2]], vectors[[0, 2]],
                      "cosine_similarity_matrix (rows 0 and 2, the non-zero vectors)")
 
 
-def raised(error_type, call: str, function, *args):
-    """The ``error_type`` exception that ``function(*args)`` raises; a plain failure otherwise."""
-    try:
-        result = function(*args)
-    except error_type as error:
-        return error
-    except NotImplementedError:
-        raise
-    except Exception as error:
-        raise AssertionError(
-            f"{call} should raise {error_type.__name__} with a clear message, "
-            f"but raised {type(error).__name__}: {error}"
-        ) from error
-    raise AssertionError(
-        f"{call} should raise {error_type.__name__} with a clear message, "
-        f"but returned {type(result).__name__}"
-    )
-
-
 @pytest.mark.parametrize("shape", [(5,), (2, 3, 4)])
 def test_cosine_matrix_rejects_input_that_is_not_2d(ex, shape):
-    error = raised(ValueError, f"cosine_similarity_matrix of a tensor of shape {shape}",
-                   ex.cosine_similarity_matrix, torch.ones(shape))
-    assert str(error), "the ValueError should say what is wrong: (n, d) expected, one vector a row"
+    message = raises_clearly(
+        ValueError, lambda: ex.cosine_similarity_matrix(torch.ones(shape)),
+        f"cosine_similarity_matrix of a tensor of shape {shape}",
+        "Check vectors.ndim == 2 first.", "similarity-input-not-checked")
+    expect(message, "similarity-error-message-empty",
+           "the ValueError should say what is wrong: (n, d) expected, one vector a row")
 
 
 # --------------------------------------------------------------------------- layer_similarity
 
 
+def check_every_index(ex, function: str, hidden: torch.Tensor, axis: int, hint: str,
+                      diagnosis: str) -> None:
+    """``function(hidden, i)`` for every index i along ``axis`` (1: tokens, 0: layers) must be
+    the cosine similarity matrix of the vectors that index selects."""
+    first_check_cosine_matrix(ex)
+    for index in range(hidden.shape[axis]):
+        vectors = hidden[:, index] if axis == 1 else hidden[index]
+        got = getattr(ex, function)(hidden, index)
+        name = f"{function}(hidden_states, {index})"
+        check_shape(check_tensor(got, function), (len(vectors),) * 2,
+                    f"{name} for hidden states of shape {tuple(hidden.shape)}", hint,
+                    diagnosis=diagnosis)
+        check_similarity(got, vectors, name)
+
+
 def test_layer_similarity_compares_one_token_across_layers(ex, tiny):
-    for token in range(tiny.n_tokens):
-        got = ex.layer_similarity(tiny.hidden, token)
-        check_shape(check_tensor(got, "layer_similarity"), (tiny.n_layers_plus_1,) * 2,
-                    f"layer_similarity(hidden_states, {token}) on tiny GPT-2 (5 hidden states)",
-                    "one row and column per layer: hidden_states[:, token_index, :] is one token "
-                    "at every layer (hidden_states[token_index] is a layer)")
-        check_similarity(got, tiny.hidden[:, token], f"layer_similarity(hidden_states, {token})")
-
-
-def test_layer_similarity_token_out_of_range_names_the_valid_range(ex, tiny):
-    n = tiny.n_tokens
-    error = raised(IndexError, f"layer_similarity(hidden_states, {n}) for {n} tokens",
-                   ex.layer_similarity, tiny.hidden, n)
-    assert str(n - 1) in str(error), (
-        f"the IndexError for token {n} should name the valid range of token indices "
-        f"(0 to {n - 1}); it said: {error}"
-    )
+    check_every_index(ex, "layer_similarity", tiny.hidden, 1,
+                      "one row and column per layer: hidden_states[:, token_index, :] is one token "
+                      "at every layer (hidden_states[token_index] is a layer)",
+                      "layer-similarity-indexes-a-layer")
 
 
 # --------------------------------------------------------------------------- token_similarity
 
 
 def test_token_similarity_compares_all_tokens_within_a_layer(ex, tiny):
-    for layer in range(tiny.n_layers_plus_1):
-        got = ex.token_similarity(tiny.hidden, layer)
-        check_shape(check_tensor(got, "token_similarity"), (tiny.n_tokens,) * 2,
-                    f"token_similarity(hidden_states, {layer}) for {tiny.n_tokens} tokens",
-                    "one row and column per token: hidden_states[layer] is one layer, all tokens")
-        check_similarity(got, tiny.hidden[layer], f"token_similarity(hidden_states, {layer})")
+    check_every_index(ex, "token_similarity", tiny.hidden, 0,
+                      "one row and column per token: hidden_states[layer] is one layer, all tokens",
+                      "token-similarity-indexes-a-token")
 
 
-def test_token_similarity_layer_out_of_range_names_the_valid_range(ex, tiny):
-    n = tiny.n_layers_plus_1
-    error = raised(IndexError, f"token_similarity(hidden_states, {n}) for {n} hidden states",
-                   ex.token_similarity, tiny.hidden, n)
-    assert str(n - 1) in str(error), (
-        f"the IndexError for layer {n} should name the valid range of layers (0 to {n - 1}); "
-        f"it said: {error}"
-    )
+# function: (what its index counts, the check that teaches it, diagnosis ids, axis, last one)
+INDEX_RULES = {
+    "layer_similarity": ("token indices", "kata.token_index(token_index, T)",
+                         "layer-similarity-index-not-checked", "layer-similarity-range-not-named",
+                         1, lambda hidden: hidden[:, -1]),
+    "token_similarity": ("layers", "kata.layer_index(layer, n)",
+                         "token-similarity-layer-not-checked", "token-similarity-range-not-named",
+                         0, lambda hidden: hidden[-1]),
+}
+
+
+@pytest.mark.parametrize("function", sorted(INDEX_RULES))
+def test_an_index_out_of_range_names_the_valid_range(ex, tiny, function):
+    what, rule, unchecked, unnamed, axis, last = INDEX_RULES[function]
+    n = tiny.hidden.shape[axis]
+    message = raises_clearly(
+        IndexError, lambda: getattr(ex, function)(tiny.hidden, n),
+        f"{function}(hidden_states, {n}) for {n} {what}",
+        f"Check the index first ({rule} does).", unchecked)
+    check_message_names(message, [str(n - 1)], unnamed,
+                        f"name the valid range of {what} (-{n}..{n - 1})")
+    # Python-style negative indices count from the end: -1 is the last one.
+    check_similarity(getattr(ex, function)(tiny.hidden, -1), last(tiny.hidden),
+                     f"{function}(hidden_states, -1), the last of the {what}")
 
 
 # --------------------------------------------------------------------------- laminar_profile
 
 
 def test_laminar_profile_leaves_out_the_first_token_by_default(ex, tiny):
-    got = check_tensor(ex.laminar_profile(tiny.hidden), "laminar_profile(hidden_states)")
-    n = tiny.n_tokens - 1
-    check_shape(got, (tiny.n_layers_plus_1, n * (n - 1) // 2), "laminar_profile(hidden_states)",
-                profile_hint(got.detach().float().cpu(), tiny.hidden, skip_first=True))
+    got = check_tensor(profile_of(ex, tiny.hidden), "laminar_profile(hidden_states)")
     check_profile(got, tiny.hidden, True, "laminar_profile(hidden_states)")
 
 
 def test_laminar_profile_keeps_the_first_token_when_asked(ex, tiny):
-    got = check_tensor(ex.laminar_profile(tiny.hidden, skip_first=False),
+    got = check_tensor(profile_of(ex, tiny.hidden, skip_first=False),
                        "laminar_profile(hidden_states, skip_first=False)")
-    n = tiny.n_tokens
-    check_shape(got, (tiny.n_layers_plus_1, n * (n - 1) // 2),
-                "laminar_profile(hidden_states, skip_first=False)",
-                profile_hint(got.detach().float().cpu(), tiny.hidden, skip_first=False))
     check_profile(got, tiny.hidden, False, "laminar_profile(hidden_states, skip_first=False)")
 
 
 def test_laminar_profile_lists_pairs_in_triu_order(ex):
     hidden = torch.randn(3, 6, 8, generator=torch.Generator().manual_seed(2))
     for skip_first in (True, False):
-        got = ex.laminar_profile(hidden, skip_first=skip_first)
+        got = profile_of(ex, hidden, skip_first=skip_first)
         name = f"laminar_profile of random vectors (skip_first={skip_first})"
         check_profile(got, hidden, skip_first, name)
 
@@ -389,13 +429,12 @@ def equal_similarity_states(n_tokens=5) -> torch.Tensor:
 def test_laminar_profile_keeps_pairs_with_equal_similarity(ex):
     hidden = equal_similarity_states()
     for skip_first, n in ((True, 4), (False, 5)):
-        got = check_tensor(ex.laminar_profile(hidden, skip_first=skip_first), "laminar_profile")
+        got = check_tensor(profile_of(ex, hidden, skip_first=skip_first), "laminar_profile")
         expected_pairs = n * (n - 1) // 2
-        assert got.ndim == 2 and got.shape[1] == expected_pairs, (
+        id, hint = profile_hint(got.detach().float().cpu(), hidden, skip_first)
+        expect(got.ndim == 2 and got.shape[1] == expected_pairs, id, (
             f"{n} tokens whose pairs all have the same similarity must still give "
-            f"{expected_pairs} pairs per layer, got shape {tuple(got.shape)}: "
-            + profile_hint(got.detach().float().cpu(), hidden, skip_first)
-        )
+            f"{expected_pairs} pairs per layer, got shape {tuple(got.shape)}: {hint}"))
         name = f"laminar_profile of equal-similarity vectors (skip_first={skip_first})"
         check_profile(got, hidden, skip_first, name)
 
@@ -409,9 +448,33 @@ def image_panels(fig) -> list:
 
 
 def check_figure(fig, name: str) -> None:
-    assert isinstance(fig, Figure), (
-        f"{name} should return a matplotlib Figure, got {type(fig).__name__}"
-    )
+    expect(isinstance(fig, Figure), "similarity-figure-not-returned",
+           f"{name} should return a matplotlib Figure, got {type(fig).__name__}")
+
+
+def check_panel_image(ax, k: int, index: int, vectors_of, what: str, argument: str,
+                      function: str, figure: str) -> None:
+    """Panel ``k`` must show the similarity matrix of ``vectors_of(index)``; if it shows that of
+    ``vectors_of(k)``, the loop counter took the place of the index its title names."""
+    shown, title = ax.images[0].get_array(), ax.get_title()
+    if close(shown, reference_similarity(vectors_of(index))):
+        return
+    if close(shown, reference_similarity(vectors_of(k))):
+        diagnose(f"{figure}-loop-counter", (
+            f"panel {k} is titled {title!r} but shows {what} {k}: the image uses the loop "
+            f"counter instead of the {what} in its title (use {argument}[{k}] = {index})"))
+    diagnose(f"{figure}-matrix-wrong", (
+        f"panel {k} ({title!r}) does not show {function}(hidden_states, {index}); "
+        f"check {function} first"))
+
+
+def panels_of(fig, name: str, n: int, what: str, figure: str) -> list:
+    """The image panels of the figure ``name`` returned, which must be one per ``what``."""
+    check_figure(fig, name)
+    panels = image_panels(fig)
+    expect(len(panels) == n, f"{figure}-panel-count-wrong",
+           f"expected one image panel per {what} ({n}), got {len(panels)}")
+    return panels
 
 
 def has_colour_bar(panels) -> bool:
@@ -420,120 +483,92 @@ def has_colour_bar(panels) -> bool:
 
 def test_layer_figure_panels_show_the_token_in_their_title(ex, tiny, tmp_path):
     indices = [0, 3, 6, 9]  # like the post: linspace(0, T - 1, 4)
-    fig = ex.plot_layer_similarity(tiny.hidden, indices, tiny.labels)
-    check_figure(fig, "plot_layer_similarity")
-    panels = image_panels(fig)
-    assert len(panels) == len(indices), (
-        f"expected one image panel per token ({len(indices)}), got {len(panels)}"
-    )
+    panels = panels_of(ex.plot_layer_similarity(tiny.hidden, indices, tiny.labels),
+                       "plot_layer_similarity", len(indices), "token", "layer-figure")
+    fig = panels[0].figure
     for k, (ax, token) in enumerate(zip(panels, indices)):
         title = ax.get_title()
-        assert f"token {token}" in title and tiny.labels[token] in title, (
-            f"panel {k} should be titled with its token, like "
-            f"'token {token}: {tiny.labels[token]!r}'; got {title!r}"
-        )
-        shown = ax.images[0].get_array()
-        if not close(shown, reference_similarity(tiny.hidden[:, token])):
-            if close(shown, reference_similarity(tiny.hidden[:, k])):
-                raise AssertionError(
-                    f"panel {k} is titled {title!r} but shows token {k}: the image uses the loop "
-                    f"counter instead of the token in its title (use token_indices[{k}] = {token})"
-                )
-            raise AssertionError(
-                f"panel {k} ({title!r}) does not show layer_similarity(hidden_states, {token}); "
-                "check layer_similarity first"
-            )
+        expect(f"token {token}" in title and tiny.labels[token] in title,
+               "layer-figure-title-wrong", (
+                   f"panel {k} should be titled with its token, like "
+                   f"'token {token}: {tiny.labels[token]!r}'; got {title!r}"))
+        check_panel_image(ax, k, token, lambda t: tiny.hidden[:, t], "token", "token_indices",
+                          "layer_similarity", "layer-figure")
     fig.savefig(tmp_path / "layer_similarity.png", dpi=50)
 
 
 def test_layer_figure_colours_axes_and_colour_bar(ex, tiny):
     fig = ex.plot_layer_similarity(tiny.hidden, [1, 2], tiny.labels)
     panels = image_panels(fig)
-    assert len(panels) == 2, f"expected one image panel per token (2), got {len(panels)}"
+    expect(len(panels) == 2, "layer-figure-panel-count-wrong",
+           f"expected one image panel per token (2), got {len(panels)}")
     for ax in panels:
         image = ax.images[0]
-        assert tuple(image.get_clim()) == pytest.approx((0.8, 1.0)), (
-            f"the default colour limits are 0.8 to 1 (vmin=0.8, vmax=1.0), got {image.get_clim()}"
-        )
-        assert image.get_cmap().name == "plasma", (
-            f"use cmap='plasma', got {image.get_cmap().name!r}"
-        )
-        assert image.origin == "lower", "put layer 0 at the bottom: imshow(..., origin='lower')"
-        assert "layer" in ax.get_xlabel().lower() and "layer" in ax.get_ylabel().lower(), (
-            "both axes show layers: label them 'layer' "
-            f"(got {ax.get_xlabel()!r} and {ax.get_ylabel()!r})"
-        )
-    assert has_colour_bar(panels), "the figure needs a colour bar: fig.colorbar(image, ax=...)"
+        expect(tuple(image.get_clim()) == pytest.approx((0.8, 1.0)), "layer-figure-colour-limits",
+               f"the default colour limits are 0.8 to 1 (vmin=0.8, vmax=1.0), got "
+               f"{image.get_clim()}")
+        expect(image.get_cmap().name == "plasma", "layer-figure-cmap",
+               f"use cmap='plasma', got {image.get_cmap().name!r}")
+        expect(image.origin == "lower", "layer-figure-origin",
+               "put layer 0 at the bottom: imshow(..., origin='lower')")
+        expect("layer" in ax.get_xlabel().lower() and "layer" in ax.get_ylabel().lower(),
+               "layer-figure-axis-labels", (
+                   "both axes show layers: label them 'layer' "
+                   f"(got {ax.get_xlabel()!r} and {ax.get_ylabel()!r})"))
+    expect(has_colour_bar(panels), "layer-figure-colour-bar-missing",
+           "the figure needs a colour bar: fig.colorbar(image, ax=...)")
     plt.close(fig)
     fig = ex.plot_layer_similarity(tiny.hidden, [1], tiny.labels, vmin=0.0, vmax=0.9)
     clim = image_panels(fig)[0].images[0].get_clim()
-    assert tuple(clim) == pytest.approx((0.0, 0.9)), (
+    expect(tuple(clim) == pytest.approx((0.0, 0.9)), "layer-figure-ignores-vmin-vmax", (
         "plot_layer_similarity(..., vmin=0.0, vmax=0.9) should use those colour limits, "
-        f"got {clim}"
-    )
+        f"got {clim}"))
 
 
 def test_token_figure_panels_show_the_layer_in_their_title(ex, tiny, tmp_path):
     layers = [0, 1, 3, 4]  # like the post: linspace(0, n_layers, 4), rounded
-    fig = ex.plot_token_similarity(tiny.hidden, layers, tiny.labels)
-    check_figure(fig, "plot_token_similarity")
-    panels = image_panels(fig)
-    assert len(panels) == len(layers), (
-        f"expected one image panel per layer ({len(layers)}), got {len(panels)}"
-    )
+    panels = panels_of(ex.plot_token_similarity(tiny.hidden, layers, tiny.labels),
+                       "plot_token_similarity", len(layers), "layer", "token-figure")
+    fig = panels[0].figure
     for k, (ax, layer) in enumerate(zip(panels, layers)):
         title = ax.get_title()
-        assert f"layer {layer}" in title, (
-            f"panel {k} should be titled 'layer {layer}', got {title!r}"
-        )
-        shown = ax.images[0].get_array()
-        if not close(shown, reference_similarity(tiny.hidden[layer])):
-            if close(shown, reference_similarity(tiny.hidden[k])):
-                raise AssertionError(
-                    f"panel {k} is titled {title!r} but shows layer {k}: the image uses the loop "
-                    f"counter instead of the layer in its title (use layers[{k}] = {layer})"
-                )
-            raise AssertionError(
-                f"panel {k} ({title!r}) does not show token_similarity(hidden_states, {layer}); "
-                "check token_similarity first"
-            )
+        expect(f"layer {layer}" in title, "token-figure-title-wrong",
+               f"panel {k} should be titled 'layer {layer}', got {title!r}")
+        check_panel_image(ax, k, layer, lambda i: tiny.hidden[i], "layer", "layers",
+                          "token_similarity", "token-figure")
     fig.savefig(tmp_path / "token_similarity.png", dpi=50)
 
 
 def test_token_figure_tick_labels_colours_and_colour_bar(ex, tiny):
     fig = ex.plot_token_similarity(tiny.hidden, [2], tiny.labels)
     panels = image_panels(fig)
-    assert len(panels) == 1, f"expected one image panel per layer (1), got {len(panels)}"
+    expect(len(panels) == 1, "token-figure-panel-count-wrong",
+           f"expected one image panel per layer (1), got {len(panels)}")
     ax = panels[0]
     image = ax.images[0]
-    assert tuple(image.get_clim()) == pytest.approx((0.5, 1.0)), (
-        f"the default colour limits are 0.5 to 1 (vmin=0.5, vmax=1.0), got {image.get_clim()}"
-    )
-    assert image.get_cmap().name == "plasma", (
-        f"use cmap='plasma', got {image.get_cmap().name!r}"
-    )
+    expect(tuple(image.get_clim()) == pytest.approx((0.5, 1.0)), "token-figure-colour-limits",
+           f"the default colour limits are 0.5 to 1 (vmin=0.5, vmax=1.0), got {image.get_clim()}")
+    expect(image.get_cmap().name == "plasma", "token-figure-cmap",
+           f"use cmap='plasma', got {image.get_cmap().name!r}")
     for axis, labels in (("x", ax.get_xticklabels()), ("y", ax.get_yticklabels())):
         texts = [label.get_text() for label in labels]
-        assert texts == tiny.labels, (
+        expect(texts == tiny.labels, "token-figure-tick-labels-wrong", (
             f"the {axis} tick labels should be the {tiny.n_tokens} token strings "
-            f"{tiny.labels}, got {texts}"
-        )
+            f"{tiny.labels}, got {texts}"))
     ticks = list(ax.get_xticks())
-    assert ticks == list(range(tiny.n_tokens)), (
-        f"put one x tick on every token, 0 to {tiny.n_tokens - 1}; got {ticks}"
-    )
+    expect(ticks == list(range(tiny.n_tokens)), "token-figure-ticks-wrong",
+           f"put one x tick on every token, 0 to {tiny.n_tokens - 1}; got {ticks}")
     rotations = {label.get_rotation() for label in ax.get_xticklabels()}
-    assert rotations == {90.0}, (
-        f"rotate the x tick labels by 90 degrees (rotation=90), got {rotations}"
-    )
-    assert has_colour_bar(panels), "the figure needs a colour bar: fig.colorbar(image, ax=...)"
+    expect(rotations == {90.0}, "token-figure-labels-not-rotated",
+           f"rotate the x tick labels by 90 degrees (rotation=90), got {rotations}")
+    expect(has_colour_bar(panels), "token-figure-colour-bar-missing",
+           "the figure needs a colour bar: fig.colorbar(image, ax=...)")
     plt.close(fig)
     fig = ex.plot_token_similarity(tiny.hidden, [2], tiny.labels, vmin=-1.0, vmax=1.0)
     clim = image_panels(fig)[0].images[0].get_clim()
-    assert tuple(clim) == pytest.approx((-1.0, 1.0)), (
+    expect(tuple(clim) == pytest.approx((-1.0, 1.0)), "token-figure-ignores-vmin-vmax", (
         "plot_token_similarity(..., vmin=-1.0, vmax=1.0) should use those colour limits, "
-        f"got {clim}"
-    )
+        f"got {clim}"))
 
 
 def test_laminar_figure_dots_and_mean_line_equal_the_profile(ex, tiny, tmp_path):
@@ -541,43 +576,41 @@ def test_laminar_figure_dots_and_mean_line_equal_the_profile(ex, tiny, tmp_path)
     n_layers_plus_1, n_pairs = profile.shape
     fig = ex.plot_laminar_profile(profile)
     check_figure(fig, "plot_laminar_profile")
-    axes = [ax for ax in fig.axes if any(isinstance(c, PathCollection) for c in ax.collections)]
-    assert len(axes) == 1, f"expected one axes with the dots (ax.scatter), got {len(axes)}"
+    axes = [ax for ax in fig.axes if drawn_points(ax, marked_only=True)]
+    expect(len(axes) == 1, "laminar-figure-axes-wrong",
+           f"expected one axes with the dots (ax.scatter or ax.plot(x, y, 'o')), got {len(axes)}")
     ax = axes[0]
-    scatters = [c for c in ax.collections if isinstance(c, PathCollection)]
-    dots = np.concatenate([np.asarray(c.get_offsets()) for c in scatters])  # (n_dots, 2): x, y
-    assert len(dots) == profile.numel(), (
+    means = profile.mean(dim=1)
+    layers = np.arange(n_layers_plus_1)
+
+    def is_mean_line(points):
+        return close(points[:, 0], layers) and close(points[:, 1], means)
+
+    series = [points for points in drawn_points(ax, marked_only=True) if not is_mean_line(points)]
+    dots = np.concatenate(series) if series else np.zeros((0, 2))  # (n_dots, 2): x, y
+    expect(len(dots) == profile.numel(), "laminar-figure-dot-count-wrong", (
         f"expected one dot per pair per layer ({n_layers_plus_1} x {n_pairs} = "
-        f"{profile.numel()}), got {len(dots)}"
-    )
+        f"{profile.numel()}), got {len(dots)}"))
     x, y = dots[:, 0], dots[:, 1]
     layer_of_dot = np.rint(x)
-    assert np.all(np.abs(x - layer_of_dot) <= 0.4), (
-        "keep each dot within 0.4 of its layer on the x axis"
-    )
-    assert np.std(x - layer_of_dot) > 0.01, (
-        "jitter the dots' x positions a little, so that they do not hide each other"
-    )
+    expect(np.all(np.abs(x - layer_of_dot) <= 0.4), "laminar-figure-dots-off-layer",
+           "keep each dot within 0.4 of its layer on the x axis")
+    expect(np.std(x - layer_of_dot) > 0.01, "laminar-figure-without-jitter",
+           "jitter the dots' x positions a little, so that they do not hide each other")
     for layer in range(n_layers_plus_1):
         ys = np.sort(y[layer_of_dot == layer])
-        assert close(ys, profile[layer].sort().values), (
+        expect(close(ys, profile[layer].sort().values), "laminar-figure-dots-wrong", (
             f"the dots at layer {layer} should be that layer's {n_pairs} pair similarities "
-            f"(profile[{layer}])"
-        )
-    means = profile.mean(dim=1)
-    lines = [line for line in ax.lines if len(line.get_ydata()) == n_layers_plus_1]
-    layers = np.arange(n_layers_plus_1)
-    mean_lines = [line for line in lines if close(line.get_xdata(), layers)]
-    assert any(close(line.get_ydata(), means) for line in mean_lines), (
+            f"(profile[{layer}])"))
+    lines = line_points(ax) + drawn_points(ax, marked_only=True)
+    expect(any(is_mean_line(points) for points in lines), "laminar-mean-over-layers", (
         f"draw the per-layer mean as a line: x = 0 to {n_layers_plus_1 - 1}, "
         "y = profile.mean(dim=1) (one mean per layer, averaged over the pairs, not over the layers)"
-    )
-    assert "layer" in ax.get_xlabel().lower(), (
-        f"label the x axis with 'layer', got {ax.get_xlabel()!r}"
-    )
-    assert "similarity" in ax.get_ylabel().lower(), (
-        f"label the y axis 'cosine similarity', got {ax.get_ylabel()!r}"
-    )
+    ))
+    expect("layer" in ax.get_xlabel().lower(), "laminar-figure-x-label",
+           f"label the x axis with 'layer', got {ax.get_xlabel()!r}")
+    expect("similarity" in ax.get_ylabel().lower(), "laminar-figure-y-label",
+           f"label the y axis 'cosine similarity', got {ax.get_ylabel()!r}")
     fig.savefig(tmp_path / "laminar_profile.png", dpi=50)
 
 
@@ -591,23 +624,23 @@ def test_trained_model_shapes_and_values(ex, trained):
                      "layer_similarity(hidden_states, 5) on SmolLM2")
     check_similarity(ex.token_similarity(hidden, 15), hidden[15],
                      "token_similarity(hidden_states, 15) on SmolLM2")
-    check_profile(ex.laminar_profile(hidden), hidden, True,
+    check_profile(profile_of(ex, hidden), hidden, True,
                   "laminar_profile(hidden_states) on SmolLM2")
 
 
 @pytest.mark.trained
 def test_trained_token_pairs_are_positively_similar_after_the_embeddings(ex, trained):
-    profile = check_tensor(ex.laminar_profile(trained.hidden), "laminar_profile")
+    profile = check_tensor(profile_of(ex, trained.hidden), "laminar_profile")
     check_profile(profile, trained.hidden, True, "laminar_profile(hidden_states) on SmolLM2")
     means = profile.mean(dim=1)
     not_positive = [
         (layer, round(mean, 3)) for layer, mean in enumerate(means.tolist())
         if layer > 0 and mean <= 0
     ]
-    assert not not_positive, (
+    expect(not not_positive, "profile-not-positive", (
         "with the first token left out, the mean token-pair similarity should be positive at every "
         f"layer after the embeddings (a trained model's vectors share a cone); got {not_positive}"
-    )
+    ))
 
 
 @pytest.mark.trained
@@ -619,10 +652,10 @@ def test_trained_first_token_is_an_outlier(ex, trained):
     typical = matrices[1:].median(dim=0).values
     distance = (matrices - typical).abs().mean(dim=(1, 2))
     others = distance[1:].max().item()
-    assert distance[0].item() > 2 * others, (
+    expect(distance[0].item() > 2 * others, "first-token-not-an-outlier", (
         f"the first token's layer_similarity matrix should stand out: it differs from the typical "
         f"token's by {distance[0].item():.3f} on average, the other tokens' by at most {others:.3f}"
-    )
+    ))
     # Within layers: the gap between a token's similarities to the others and theirs to each other.
     sims = torch.stack([check_tensor(ex.token_similarity(hidden, layer), "token_similarity")
                         for layer in range(1, trained.n_layers_plus_1)])  # (n_layers, T, T)
@@ -633,11 +666,11 @@ def test_trained_first_token_is_an_outlier(ex, trained):
         to_others = sims[:, t, rest].mean(dim=1)  # (n_layers,)
         among_others = sims[:, rest][:, :, rest][:, i, j].mean(dim=1)  # (n_layers,)
         gaps[t] = (to_others - among_others).abs().mean()
-    assert gaps.argmax().item() == 0, (
+    expect(gaps.argmax().item() == 0, "first-token-gap-not-largest", (
         "the first token's similarities to the other tokens should differ from theirs to each "
         "other more than for any other token; mean gaps per token: "
         f"{[round(gap, 3) for gap in gaps.tolist()]}"
-    )
+    ))
 
 
 @pytest.mark.trained
@@ -649,8 +682,8 @@ def test_trained_neighbouring_layers_are_more_similar_than_distant_ones(ex, trai
                             for t in range(1, trained.n_tokens)])
     by_distance = {d: matrices[:, distance == d].mean().item() for d in (1, 2, 4, 8, 16)}
     values = list(by_distance.values())
-    assert all(a > b for a, b in zip(values, values[1:])), (
+    expect(all(a > b for a, b in zip(values, values[1:])), "layer-similarity-not-decreasing", (
         "the further apart two layers are, the less similar one token's vectors should be "
         "(figure 7); mean similarity by layer distance: "
         f"{ {d: round(v, 3) for d, v in by_distance.items()} }"
-    )
+    ))

@@ -22,24 +22,29 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
-from torch import nn  # noqa: E402
 
 import kata  # noqa: E402
 from kata.hooks import hook_snapshot, restore_hooks  # noqa: E402
 from kata.models import transformers_major  # noqa: E402
-from tests.helpers import check_close, check_shape, check_tensor  # noqa: E402
+from kata.diagnosis import diagnose  # noqa: E402
+from tests.support import (  # noqa: E402
+    TensorBlock,
+    TupleBlock,
+    check_close,
+    check_shape,
+    check_tensor,
+    drawn_points,
+    expect,
+    raises_clearly,
+    reference_logits,
+    scaled_block_log_probs,
+)
 
 INSECT_GPT2 = 12833  # " insect" in GPT-2's vocabulary (the post's target)
 KAFKA_STATS_GPT2 = {"chars": 109, "unique_chars": 25, "tokens": 22, "unique_tokens": 22}
 
 
 # ----------------------------------------------------------------------------- reference values
-
-
-def reference_logits(model, input_ids):
-    """The model's logits at every position, shape (T, vocab_size), straight from the model."""
-    with torch.no_grad():
-        return model(input_ids.to(model.device)).logits[0].float().cpu()
 
 
 def scale_first_input(factor):
@@ -103,14 +108,21 @@ def scaled_insect(tiny_gpt2, kafka_ids):
 def test_text_stats_of_the_kafka_sentence(ex, tiny_gpt2):
     _, tokenizer = tiny_gpt2
     stats = ex.text_stats(tokenizer, kata.KAFKA_TEXT)
-    assert isinstance(stats, dict), f"text_stats should return a dict, got {type(stats).__name__}"
-    assert set(stats) == set(KAFKA_STATS_GPT2), (
-        f"text_stats should return the keys {sorted(KAFKA_STATS_GPT2)}, got {sorted(stats)}"
-    )
-    assert stats == KAFKA_STATS_GPT2, (
+    expect(isinstance(stats, dict), "text-stats-not-a-dict",
+           f"text_stats should return a dict, got {type(stats).__name__}")
+    expect(set(stats) == set(KAFKA_STATS_GPT2), "text-stats-keys-wrong",
+           f"text_stats should return the keys {sorted(KAFKA_STATS_GPT2)}, got {sorted(stats)}")
+    check_unique_tokens_of_ints(stats, tokenizer(kata.KAFKA_TEXT)["input_ids"])
+    expect(stats == KAFKA_STATS_GPT2, "text-stats-wrong", (
         f"for the Kafka sentence and the GPT-2 tokenizer, expected {KAFKA_STATS_GPT2} "
-        f"(the post's numbers), got {stats}"
-    )
+        f"(the post's numbers), got {stats}"))
+
+
+def check_unique_tokens_of_ints(stats, ids) -> None:
+    values = {key: value for key, value in stats.items() if type(value) is not int}
+    expect(not values, "text-stats-not-ints", (
+        f"text_stats's values should be Python ints, got {values}: len(...) gives an int; "
+        "a tensor's .item() does too"))
 
 
 def test_text_stats_counts_repeated_tokens_once(ex, tiny_gpt2):
@@ -122,15 +134,21 @@ def test_text_stats_counts_repeated_tokens_once(ex, tiny_gpt2):
         "tokens": len(ids), "unique_tokens": len(set(ids)),
     }
     stats = ex.text_stats(tokenizer, text)
-    assert stats["tokens"] == expected["tokens"], (
+    expect(stats["tokens"] == expected["tokens"], "text-stats-token-count-wrong", (
         f"{text!r} is {expected['tokens']} GPT-2 tokens, got tokens={stats['tokens']}: count the "
         f"tokenizer's input_ids, not words or characters"
-    )
-    assert stats["unique_tokens"] == expected["unique_tokens"], (
+    ))
+    if stats["unique_tokens"] == expected["tokens"]:
+        diagnose("set-of-tensors", (
+            f"{text!r} has {expected['unique_tokens']} distinct tokens (' the' and ' and' "
+            f"repeat), but unique_tokens={stats['unique_tokens']} counts every token: either no "
+            "set was used, or the set held 0-d tensors (from tokenizer(..., return_tensors='pt'))"
+            ", which hash by identity, so equal ids stay apart; put plain ints in the set "
+            "(ids.tolist(), or the tokenizer's list output)"))
+    expect(stats["unique_tokens"] == expected["unique_tokens"], "unique-tokens-wrong", (
         f"{text!r} has {expected['unique_tokens']} distinct tokens (' the' and ' and' repeat), got "
-        f"unique_tokens={stats['unique_tokens']}: count each distinct token id once (a set)"
-    )
-    assert stats == expected, f"for {text!r} expected {expected}, got {stats}"
+        f"unique_tokens={stats['unique_tokens']}: count each distinct token id once (a set)"))
+    expect(stats == expected, "text-stats-wrong", f"for {text!r} expected {expected}, got {stats}")
 
 
 # ----------------------------------------------------------------------------- target_token_id
@@ -139,14 +157,13 @@ def test_text_stats_counts_repeated_tokens_once(ex, tiny_gpt2):
 def test_target_token_id_of_insect(ex, tiny_gpt2):
     _, tokenizer = tiny_gpt2
     token_id = ex.target_token_id(tokenizer, kata.TARGET_WORD)
-    assert isinstance(token_id, int) and not isinstance(token_id, bool), (
+    expect(isinstance(token_id, int) and not isinstance(token_id, bool), "target-id-not-int", (
         f"target_token_id should return the id as a Python int, got {type(token_id).__name__} "
         f"({token_id!r})"
-    )
-    assert token_id == INSECT_GPT2, (
+    ))
+    expect(token_id == INSECT_GPT2, "target-id-wrong", (
         f"' insect' is GPT-2 token {INSECT_GPT2}, got {token_id}"
-        + (" (that is 'insect' without the leading space)" if token_id in (259, 8831) else "")
-    )
+        + (" (that is 'insect' without the leading space)" if token_id in (259, 8831) else "")))
 
 
 @pytest.mark.parametrize("word", [" Metamorphosis", "insect", " cockroach"])
@@ -157,12 +174,12 @@ def test_target_token_id_rejects_a_word_of_several_tokens(ex, tiny_gpt2, word):
         token_id = ex.target_token_id(tokenizer, word)
     except ValueError as error:
         missing = [piece for piece in pieces if piece.strip() not in str(error)]
-        assert not missing, (
+        expect(not missing, "target-error-without-pieces", (
             f"the ValueError for {word!r} should list the pieces the tokenizer made, {pieces}; "
-            f"its message {str(error)!r} does not mention {missing}"
-        )
+            f"its message {str(error)!r} does not mention {missing}"))
     else:
-        pytest.fail(
+        diagnose(
+            "multi-token-target-truncated",
             f"{word!r} is {len(pieces)} GPT-2 tokens {pieces}, but target_token_id returned "
             f"{token_id!r} instead of raising a ValueError: a multi-token word silently truncated "
             f"to its first piece measures the wrong thing"
@@ -171,12 +188,9 @@ def test_target_token_id_rejects_a_word_of_several_tokens(ex, tiny_gpt2, word):
 
 def test_target_token_id_rejects_an_empty_word(ex, tiny_gpt2):
     _, tokenizer = tiny_gpt2
-    try:
-        token_id = ex.target_token_id(tokenizer, "")
-    except ValueError:
-        pass
-    else:
-        pytest.fail(f"an empty word is no token at all, expected a ValueError, got {token_id!r}")
+    raises_clearly(ValueError, lambda: ex.target_token_id(tokenizer, ""),
+                   "target_token_id(tokenizer, '')",
+                   "An empty word is no token at all: raise a ValueError.", "empty-target-accepted")
 
 
 # ----------------------------------------------------------------------------- next_token_log_probs
@@ -188,11 +202,12 @@ def test_next_token_log_probs_shape_and_dtype(ex, tiny_gpt2, kafka_ids):
     check_shape(
         log_probs, (model.config.vocab_size,), "next_token_log_probs",
         "one value per vocabulary entry, for the last position only (logits[0, -1])",
+        diagnosis="log-probs-shape-wrong",
     )
-    assert log_probs.dtype == torch.float32, f"expected float32, got {log_probs.dtype}"
-    assert not log_probs.requires_grad, (
-        "the result is part of an autograd graph: run the model under torch.no_grad()"
-    )
+    expect(log_probs.dtype == torch.float32, "log-probs-not-float32",
+           f"expected float32, got {log_probs.dtype}")
+    expect(not log_probs.requires_grad, "prediction-autograd-graph-kept",
+           "the result is part of an autograd graph: run the model under torch.no_grad()")
 
 
 def test_next_token_log_probs_is_a_log_distribution(ex, tiny_gpt2, kafka_ids, kafka_logits):
@@ -202,17 +217,20 @@ def test_next_token_log_probs_is_a_log_distribution(ex, tiny_gpt2, kafka_ids, ka
     if abs(total - 1) < 1e-3:
         return
     if torch.allclose(log_probs, kafka_logits[-1], atol=1e-4):
-        mistake = "these are the raw logits: apply torch.log_softmax over the vocabulary"
+        id, mistake = "logits-not-log-softmax", (
+            "these are the raw logits: apply torch.log_softmax over the vocabulary")
     elif abs(log_probs.sum().item() - 1) < 1e-3 and log_probs.min() >= 0:
-        mistake = "these are probabilities: softmax instead of log-softmax (take the log)"
+        id, mistake = "softmax-not-log-softmax", (
+            "these are probabilities: softmax instead of log-softmax (take the log)")
     elif torch.allclose(log_probs, torch.log_softmax(kafka_logits, dim=0)[-1], atol=1e-4):
-        mistake = (
+        id, mistake = "log-softmax-over-positions", (
             "log-softmax over the wrong dimension: you normalised over the positions, "
             "normalise over the vocabulary (dim=-1)"
         )
     else:
-        mistake = "expected log-softmax of the last position's logits over the vocabulary"
-    pytest.fail(f"exp(next_token_log_probs) sums to {total:.4g}, not 1: {mistake}")
+        id, mistake = "log-probs-not-a-distribution", (
+            "expected log-softmax of the last position's logits over the vocabulary")
+    diagnose(id, f"exp(next_token_log_probs) sums to {total:.4g}, not 1: {mistake}")
 
 
 def test_next_token_log_probs_matches_the_model(ex, tiny_gpt2, kafka_ids, kafka_logits):
@@ -221,24 +239,33 @@ def test_next_token_log_probs_matches_the_model(ex, tiny_gpt2, kafka_ids, kafka_
     expected = torch.log_softmax(kafka_logits[-1], dim=-1)
     first = torch.log_softmax(kafka_logits[0], dim=-1)
     if torch.allclose(torch.as_tensor(log_probs).float(), first, atol=1e-4):
-        pytest.fail(
+        diagnose(
+            "first-position-logits",
             "next_token_log_probs used the logits of the first position; the prediction for the "
             "next token is at the last position: logits[0, -1]"
         )
     check_close(
         log_probs, expected, "next_token_log_probs",
         "expected torch.log_softmax(model(input_ids).logits[0, -1], dim=-1)", atol=1e-4,
+        diagnosis="log-probs-wrong",
     )
 
 
 def test_next_token_log_probs_accepts_one_dimensional_ids(ex, tiny_gpt2, kafka_ids, kafka_logits):
     model, _ = tiny_gpt2
-    log_probs = ex.next_token_log_probs(model, kafka_ids[0])  # (T,) instead of (1, T)
+    hint = "a (T,) tensor of ids is one sequence: add the batch dimension (ids[None])"
+    try:
+        log_probs = ex.next_token_log_probs(model, kafka_ids[0])  # (T,) instead of (1, T)
+    except NotImplementedError:
+        raise
+    except (IndexError, RuntimeError, ValueError) as error:
+        diagnose("unbatched-input", (
+            f"next_token_log_probs failed on ids of shape (T,) ({type(error).__name__}: "
+            f"{str(error).splitlines()[0] if str(error) else ''}): the (T,) ids reached the model "
+            f"unbatched; {hint} (kata.one_sequence(input_ids, model) does)"))
     check_close(
         log_probs, torch.log_softmax(kafka_logits[-1], dim=-1),
-        "next_token_log_probs(ids of shape (T,))",
-        "a (T,) tensor of ids is one sequence: add the batch dimension (ids[None])",
-        atol=1e-4,
+        "next_token_log_probs(ids of shape (T,))", hint, atol=1e-4, diagnosis="unbatched-input",
     )
 
 
@@ -256,26 +283,17 @@ def test_next_token_log_probs_rejects_bad_input(ex, tiny_gpt2, case):
         "empty": "with no tokens there is no last position to predict from",
         "two sequences": "the function answers for one sequence, shape (1, T) or (T,)",
     }[case]
-    try:
-        ex.next_token_log_probs(model, input_ids)
-    except ValueError as error:
-        message = str(error)
-    except NotImplementedError:
-        raise
-    except Exception as error:  # noqa: BLE001 - any other error means the input went unchecked
-        pytest.fail(
-            f"input_ids {case} (shape {tuple(input_ids.shape)}) raised {type(error).__name__} "
-            f"({error}) instead of a clear ValueError: {why}; check the input before the model"
-        )
-    else:
-        pytest.fail(
-            f"input_ids {case} (shape {tuple(input_ids.shape)}) should raise a ValueError: {why}"
-        )
+    id = {"longer than the context": "prediction-context-length-not-checked",
+          "empty": "empty-input-not-checked",
+          "two sequences": "batch-input-not-checked"}[case]
+    message = raises_clearly(
+        ValueError, lambda: ex.next_token_log_probs(model, input_ids),
+        f"input_ids {case} (shape {tuple(input_ids.shape)})",
+        f"{why}; check the input before the model (kata.one_sequence(input_ids, model) does)", id)
     if case == "longer than the context":
-        assert str(limit) in message, (
+        expect(str(limit) in message, "prediction-context-length-not-named", (
             f"the ValueError for {limit + 1} tokens should name the context length {limit}; "
-            f"got {message!r}"
-        )
+            f"got {message!r}"))
 
 
 # ----------------------------------------------------------------------------- top_next_tokens
@@ -284,62 +302,52 @@ def test_next_token_log_probs_rejects_bad_input(ex, tiny_gpt2, case):
 def test_top_next_tokens_matches_topk(ex, tiny_gpt2, kafka_ids, kafka_logits):
     model, tokenizer = tiny_gpt2
     top = ex.top_next_tokens(model, tokenizer, kafka_ids)
-    assert isinstance(top, list), f"top_next_tokens should return a list, got {type(top).__name__}"
-    assert len(top) == 21, f"the default k is 21 (figure 10), got {len(top)} entries"
-    assert all(isinstance(pair, tuple) and len(pair) == 2 for pair in top), (
-        f"each entry should be a (token text, logit) tuple, got {top[0]!r}"
-    )
+    expect(isinstance(top, list), "top-tokens-not-a-list",
+           f"top_next_tokens should return a list, got {type(top).__name__}")
+    expect(len(top) == 21, "top-tokens-count-wrong",
+           f"the default k is 21 (figure 10), got {len(top)} entries")
+    expect(all(isinstance(pair, tuple) and len(pair) == 2 for pair in top), "top-tokens-not-pairs",
+           f"each entry should be a (token text, logit) tuple, got {top[0]!r}")
+    not_floats = [value for _, value in top if type(value) is not float]
+    expect(not not_floats, "top-logit-not-float", (
+        f"each logit should be a Python float, got {type(not_floats[0]).__name__ if not_floats else ''} "
+        f"{not_floats[:1]!r}: .tolist() or float(value) turns a tensor into floats"))
     texts = [text for text, _ in top]
     values = torch.tensor([float(value) for _, value in top])
     expected = torch.topk(kafka_logits[-1], 21)
     expected_texts = [tokenizer.decode([i]) for i in expected.indices.tolist()]
-    assert all(isinstance(text, str) for text in texts), (
-        f"token texts should be strings (tokenizer.decode([token_id])), got {texts[:3]!r}"
-    )
+    expect(all(isinstance(text, str) for text in texts), "top-token-text-not-str",
+           f"token texts should be strings (tokenizer.decode([token_id])), got {texts[:3]!r}")
     if (values[1:] > values[:-1]).any():
-        pytest.fail(
+        diagnose(
+            "top-tokens-lowest-first",
             f"top_next_tokens should be sorted highest logit first, got {values[:5].tolist()}..."
         )
     expected_log_probs = torch.log_softmax(kafka_logits[-1], dim=-1)[expected.indices]
     if torch.allclose(values, expected_log_probs, atol=1e-4):
-        pytest.fail("the values are log-softmax values; figure 10 lists the raw logits")
+        diagnose("top-tokens-log-probs",
+                 "the values are log-softmax values; figure 10 lists the raw logits")
     first_texts = [tokenizer.decode([i]) for i in torch.topk(kafka_logits[0], 21).indices.tolist()]
     if texts == first_texts and texts != expected_texts:
-        pytest.fail(
+        diagnose(
+            "top-tokens-first-position",
             "these are the top tokens of the first position's logits; use the last position"
         )
-    assert texts == expected_texts, (
+    expect(texts == expected_texts, "top-tokens-wrong", (
         f"expected the tokens {expected_texts[:5]}... (torch.topk of the last position's logits), "
-        f"got {texts[:5]}..."
-    )
-    check_close(values, expected.values, "the logits in top_next_tokens", atol=1e-4)
+        f"got {texts[:5]}..."))
+    check_close(values, expected.values, "the logits in top_next_tokens", atol=1e-4,
+                diagnosis="top-logits-wrong")
 
 
 def test_top_next_tokens_returns_k_entries(ex, tiny_gpt2, kafka_ids):
     model, tokenizer = tiny_gpt2
     top = ex.top_next_tokens(model, tokenizer, kafka_ids, k=3)
-    assert len(top) == 3, f"top_next_tokens(..., k=3) should return 3 entries, got {len(top)}"
+    expect(len(top) == 3, "top-tokens-ignores-k",
+           f"top_next_tokens(..., k=3) should return 3 entries, got {len(top)}")
 
 
 # ----------------------------------------------------------------------------- make_scaling_hook
-
-
-class TensorBlock(nn.Module):
-    """Stands in for a block that returns a tensor (GPT-2 from transformers 5.3, Llama)."""
-
-    def forward(self, x):
-        return 2 * x
-
-
-class TupleBlock(nn.Module):
-    """Stands in for a block that returns a tuple (GPT-2 up to transformers 5.2)."""
-
-    def __init__(self):
-        super().__init__()
-        self.extra = torch.arange(3.0)  # stands for the tuple's other elements (e.g. a cache)
-
-    def forward(self, x):
-        return (2 * x, self.extra)
 
 
 def run_with_hook(block, hook, x):
@@ -353,15 +361,17 @@ def run_with_hook(block, hook, x):
 def test_scaling_hook_on_a_tensor_output(ex):
     x = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0))  # (batch, T, d_model)
     output = run_with_hook(TensorBlock(), ex.make_scaling_hook(0.5), x)
-    assert not isinstance(output, tuple), (
+    expect(not isinstance(output, tuple), "hook-tensor-as-tuple", (
         f"the block returned a tensor, but the hook made it a tuple of {len(output)} element(s): "
-        f"tuple unpacking of a tensor output; on a tensor, output[0] is the first row of the "
-        f"batch, which drops the batch dimension"
-    )
-    assert isinstance(output, torch.Tensor), f"expected a tensor back, got {type(output).__name__}"
-    check_shape(output, (2, 3, 4), "the hooked block's output", "the hook must keep the shape")
+        f"tuple unpacking of a tensor output (hidden, *rest = output splits the batch); on a "
+        f"tensor, output[0] is the first row of the batch, which drops the batch dimension"))
+    expect(isinstance(output, torch.Tensor), "hook-output-not-a-tensor",
+           f"expected a tensor back, got {type(output).__name__}")
+    check_shape(output, (2, 3, 4), "the hooked block's output", "the hook must keep the shape",
+                diagnosis="hook-tensor-as-tuple")
     check_close(
-        output, 2 * x * 0.5, "the hooked block's output", "expected the output times the factor"
+        output, 2 * x * 0.5, "the hooked block's output", "expected the output times the factor",
+        diagnosis="hook-does-not-scale",
     )
 
 
@@ -371,20 +381,22 @@ def test_scaling_hook_on_a_tuple_output(ex):
     try:
         output = run_with_hook(block, ex.make_scaling_hook(0.5), x)
     except (TypeError, AttributeError) as error:
-        pytest.fail(
+        diagnose(
+            "hook-tuple-as-tensor",
             f"the hook failed on a tuple output ({type(error).__name__}: {error}): GPT-2 blocks "
             f"return a tuple in transformers up to 5.2; scale output[0] and keep the rest"
         )
-    assert isinstance(output, tuple), (
+    expect(isinstance(output, tuple), "hook-tuple-as-tensor", (
         f"the block returned a tuple, but the hook returned a {type(output).__name__}: give back "
-        f"a tuple with the first element scaled and the others as they were"
-    )
-    assert len(output) == 2, f"the tuple had 2 elements, the hook returned {len(output)}"
+        f"a tuple with the first element scaled and the others as they were"))
+    expect(len(output) == 2, "hook-tuple-length-changed",
+           f"the tuple had 2 elements, the hook returned {len(output)}")
     check_close(
         output[0], 2 * x * 0.5, "the first element of the hooked output",
-        "expected it times the factor",
+        "expected it times the factor", diagnosis="hook-does-not-scale",
     )
-    assert output[1] is block.extra, "the tuple's other elements must pass through unchanged"
+    expect(output[1] is block.extra, "hook-tuple-rest-changed",
+           "the tuple's other elements must pass through unchanged")
 
 
 def test_scaling_hook_does_not_scale_in_place(ex):
@@ -393,15 +405,19 @@ def test_scaling_hook_does_not_scale_in_place(ex):
     x = torch.ones(1, 2, 3)
     for output in (2 * x, (2 * x, None)):
         hidden = output[0] if isinstance(output, tuple) else output
-        returned = hook(block, (x,), output)
-        assert torch.equal(hidden, 2 * x), (
+        kind = "tuple" if isinstance(output, tuple) else "tensor"
+        try:
+            returned = hook(block, (x,), output)
+        except TypeError as error:
+            diagnose("hook-tuple-as-tensor", (
+                f"make_scaling_hook's hook failed on a {kind} output ({error}): a tuple cannot be "
+                "multiplied; scale output[0] and keep the rest when isinstance(output, tuple)"))
+        expect(torch.equal(hidden, 2 * x), "hook-in-place", (
             "the hook changed the block's output tensor in place (in-place scaling: mul_ or *=): "
-            "other code still holds that tensor; return a new one, output * factor"
-        )
-        assert returned is not None, (
+            "other code still holds that tensor; return a new one, output * factor"))
+        expect(returned is not None, "hook-returns-none", (
             "the hook returned None: a forward hook replaces the block's output only with the "
-            "value it returns"
-        )
+            "value it returns"))
 
 
 def test_hook_registered_the_seed_way_or_with_prepend(ex, tiny_gpt2, kafka_ids):
@@ -437,33 +453,68 @@ def test_hook_registered_the_seed_way_or_with_prepend(ex, tiny_gpt2, kafka_ids):
     first_hidden, first_logits = run(prepend=True)
     clean_hidden = clean.hidden_states[block_index + 1]
 
-    assert not torch.allclose(seed_logits, clean.logits, atol=1e-4), (
+    expect(not torch.allclose(seed_logits, clean.logits, atol=1e-4), "hook-returns-none", (
         "with the scaling hook on block 1 the logits did not change: the hook must return the "
-        "scaled output (a forward hook's return value replaces the block's output)"
-    )
+        "scaled output (a forward hook's return value replaces the block's output)"))
     check_close(
         seed_logits, first_logits, "the logits with the hook registered without prepend",
-        "the order of the hooks must not change the logits",
+        "the order of the hooks must not change the logits", diagnosis="hook-order-matters",
     )
     check_close(
         first_hidden, factor * clean_hidden, "hidden_states[2] with prepend=True",
         "a hook that runs first should make transformers record the scaled output",
+        diagnosis="hook-does-not-scale",
     )
     if transformers_major() >= 5:
-        assert not torch.allclose(seed_hidden, factor * clean_hidden, atol=1e-5), (
+        expect(not torch.allclose(seed_hidden, factor * clean_hidden, atol=1e-5), "hook-in-place", (
             "hidden_states[2] came out scaled although transformers 5's recording hook ran before "
             "yours and stored the unscaled output tensor: your hook changed that tensor in place "
             "(in-place scaling: mul_ or *=); return output * factor instead"
-        )
+        ))
         check_close(
             seed_hidden, clean_hidden, "hidden_states[2] without prepend (transformers 5)",
-            "the recording hook ran first and kept the unscaled output",
+            "the recording hook ran first and kept the unscaled output", diagnosis="hook-in-place",
         )
     else:
         check_close(
             seed_hidden, factor * clean_hidden, "hidden_states[2] without prepend (transformers 4)",
             "GPT-2 records each block's returned output after its hooks ran",
+            diagnosis="hook-does-not-scale",
         )
+
+
+def first_check_scaling_hook(ex) -> None:
+    """scaling_experiment builds on make_scaling_hook: check what the hook returns first."""
+    x = torch.ones(1, 2, 3)
+    hook = ex.make_scaling_hook(0.5)
+    for output, kind in ((2 * x, "tensor"), ((2 * x, None), "tuple")):
+        try:
+            returned = hook(TensorBlock(), (x,), output)
+        except (TypeError, AttributeError, IndexError) as error:
+            diagnose("hook-tuple-as-tensor" if kind == "tuple" else "hook-tensor-as-tuple", (
+                f"your make_scaling_hook failed on a {kind} output ({type(error).__name__}: "
+                f"{error}); fix make_scaling_hook first"))
+        if kind == "tensor" and not isinstance(returned, torch.Tensor):
+            diagnose("hook-tensor-as-tuple", (
+                f"your make_scaling_hook returned a {type(returned).__name__} for a tensor output, "
+                "so the next module receives it instead of a tensor; fix make_scaling_hook first: "
+                "on a tensor, return output * factor"))
+        if kind == "tuple" and not isinstance(returned, tuple):
+            diagnose("hook-tuple-as-tensor", (
+                f"your make_scaling_hook returned a {type(returned).__name__} for a tuple output; "
+                "fix make_scaling_hook first: return (output[0] * factor, *output[1:])"))
+
+
+def scaling_of(ex, model, input_ids, target_id, factor=0.8):
+    """``ex.scaling_experiment(...)`` once make_scaling_hook works; GPT-2-only names explained."""
+    first_check_scaling_hook(ex)
+    try:
+        return ex.scaling_experiment(model, input_ids, target_id, factor=factor)
+    except AttributeError as error:
+        diagnose("gpt2-names-in-scaling-experiment", (
+            f"scaling_experiment failed on {type(model).__name__} ({error}): GPT-2-only names "
+            "such as model.transformer.h or config.n_layer do not exist on Llama-family models; "
+            "use kata.blocks(model) for the blocks and model.config.vocab_size for the vocabulary"))
 
 
 # ----------------------------------------------------------------------------- scaling_experiment
@@ -472,26 +523,28 @@ def test_hook_registered_the_seed_way_or_with_prepend(ex, tiny_gpt2, kafka_ids):
 def test_scaling_experiment_shape_and_dtype(ex, tiny_gpt2, kafka_ids):
     model, _ = tiny_gpt2
     n_layers = len(kata.blocks(model))
-    values = ex.scaling_experiment(model, kafka_ids, INSECT_GPT2)
+    values = scaling_of(ex, model, kafka_ids, INSECT_GPT2)
     check_tensor(values, "scaling_experiment")
     check_shape(
         values, (n_layers,), "scaling_experiment",
         f"one value per transformer block ({n_layers}); hidden_states has one more entry, the "
         f"embeddings, which the experiment does not scale",
+        diagnosis="one-value-per-hidden-state" if len(values) == n_layers + 1 else "scaling-shape-wrong",
     )
-    assert values.dtype == torch.float32, f"expected float32, got {values.dtype}"
-    assert not values.requires_grad, "the result is part of an autograd graph: use torch.no_grad()"
+    expect(values.dtype == torch.float32, "scaling-not-float32", f"expected float32, got {values.dtype}")
+    expect(not values.requires_grad, "scaling-autograd-graph-kept",
+           "the result is part of an autograd graph: use torch.no_grad()")
 
 
 def test_scaling_by_one_changes_nothing(ex, tiny_gpt2, kafka_ids, clean_insect):
     model, _ = tiny_gpt2
-    values = ex.scaling_experiment(model, kafka_ids, INSECT_GPT2, factor=1.0)
+    values = scaling_of(ex, model, kafka_ids, INSECT_GPT2, factor=1.0)
     expected = torch.full((len(kata.blocks(model)),), clean_insect)
     check_close(
         values, expected, "scaling_experiment with factor 1.0",
         f"scaling by 1 leaves the model as it is, so every block should give the clean "
         f"log-softmax of the target, {clean_insect:.4f}",
-        atol=1e-4,
+        atol=1e-4, diagnosis="scaling-by-one-changes",
     )
 
 
@@ -499,11 +552,12 @@ def test_scaling_experiment_matches_an_independent_computation(
     ex, tiny_gpt2, kafka_ids, scaled_insect
 ):
     model, _ = tiny_gpt2
-    values = ex.scaling_experiment(model, kafka_ids, INSECT_GPT2, factor=0.8)
+    values = scaling_of(ex, model, kafka_ids, INSECT_GPT2, factor=0.8)
     values = torch.as_tensor(values).detach().float()
     if values.shape == scaled_insect.shape and not torch.allclose(values, scaled_insect, atol=1e-5):
         if torch.allclose(values[1:], scaled_insect[:-1], atol=1e-5):
-            pytest.fail(
+            diagnose(
+                "scaled-block-input",
                 "your values are shifted by one block: you scaled each block's input (a forward "
                 "pre-hook) instead of its output; use register_forward_hook"
             )
@@ -511,7 +565,7 @@ def test_scaling_experiment_matches_an_independent_computation(
         values, scaled_insect, "scaling_experiment with factor 0.8",
         "entry i should be the target's log-softmax with only block i's output scaled; if hooks "
         "from earlier blocks were still registered, several blocks were scaled at once",
-        atol=1e-5,
+        atol=1e-5, diagnosis="scaling-values-wrong",
     )
 
 
@@ -524,21 +578,22 @@ def test_scaling_experiment_removes_its_hooks(ex, tiny_gpt2, kafka_ids):
     model, _ = tiny_gpt2
     before = hook_snapshot(model)
     try:
-        ex.scaling_experiment(model, kafka_ids, INSECT_GPT2)
+        scaling_of(ex, model, kafka_ids, INSECT_GPT2)
     finally:
         after = hook_snapshot(model)
         restore_hooks(model, before)  # so that a leak is reported once, here
-    assert after == before, (
+    expect(after == before, "scaling-hook-never-removed", (
         f"after scaling_experiment the model's hooks changed on "
         f"{describe_hook_change(before, after)}: a hook left registered keeps scaling every later "
         f"forward pass; remove each one (handle.remove()) right after its forward pass"
-    )
+    ))
 
 
 def test_scaling_experiment_removes_its_hooks_when_the_forward_pass_raises(
     ex, tiny_gpt2, kafka_ids
 ):
     model, _ = tiny_gpt2
+    first_check_scaling_hook(ex)
 
     def fail(module, args):
         raise RuntimeError("injected failure in the forward pass")
@@ -551,9 +606,11 @@ def test_scaling_experiment_removes_its_hooks_when_the_forward_pass_raises(
         except NotImplementedError:  # a RuntimeError too, but the stub's, not ours
             raise
         except RuntimeError as error:
-            assert "injected" in str(error), f"expected the injected RuntimeError, got {error!r}"
+            expect("injected" in str(error), "scaling-error-replaced",
+                   f"expected the injected RuntimeError, got {error!r}")
         else:
-            pytest.fail(
+            diagnose(
+                "scaling-error-swallowed",
                 "the forward pass raised a RuntimeError, but scaling_experiment did not pass it "
                 "on: do not swallow errors; let them propagate after removing the hook (finally)"
             )
@@ -561,11 +618,11 @@ def test_scaling_experiment_removes_its_hooks_when_the_forward_pass_raises(
         restore_hooks(model, before)  # so that a leak is reported once, here
     finally:
         handle.remove()
-    assert after == before, (
+    expect(after == before, "scaling-hook-not-removed-on-error", (
         f"when the forward pass raised, a hook was left registered on "
         f"{describe_hook_change(before, after)}: remove it in a finally block "
         f"(try: ... finally: handle.remove()), not after the call"
-    )
+    ))
 
 
 def test_scaling_hook_runs_before_hooks_already_on_the_block(ex, tiny_gpt2, kafka_ids):
@@ -590,16 +647,17 @@ def test_scaling_hook_runs_before_hooks_already_on_the_block(ex, tiny_gpt2, kafk
         clean = {i: rows[0] for i, rows in seen.items()}
         for rows in seen.values():
             rows.clear()
-        ex.scaling_experiment(model, kafka_ids, INSECT_GPT2, factor=factor)
+        scaling_of(ex, model, kafka_ids, INSECT_GPT2, factor=factor)
     finally:
         for handle in handles:
             handle.remove()
     for i, rows in seen.items():
-        assert any(torch.allclose(row, factor * clean[i], atol=1e-5) for row in rows), (
+        expect(any(torch.allclose(row, factor * clean[i], atol=1e-5) for row in rows),
+               "hook-without-prepend", (
             f"during scaling_experiment, the hook already on block {i} never saw that block's "
             f"scaled output: register the scaling hook with prepend=True so it runs before hooks "
             f"already on the block (transformers 5 records output_hidden_states with such hooks)"
-        )
+        ))
 
 
 def test_scaling_the_last_block_barely_changes_the_prediction(
@@ -607,27 +665,24 @@ def test_scaling_the_last_block_barely_changes_the_prediction(
 ):
     """The final norm divides its input by the input's size: scaling the last block cancels."""
     model, _ = tiny_gpt2
-    values = ex.scaling_experiment(model, kafka_ids, INSECT_GPT2, factor=0.8)
+    values = scaling_of(ex, model, kafka_ids, INSECT_GPT2, factor=0.8)
     change = abs(float(values[-1]) - clean_insect)
-    assert change < 2e-3, (
+    expect(change < 2e-3, "last-block-scaling-changes", (
         f"scaling the last block changed the target's log-softmax by {change:.4f}; the final "
         f"norm cancels a global scale of its input (up to its epsilon), so it should barely "
         f"change: did you scale the block's input, or something after the final norm?"
-    )
+    ))
 
 
 def test_scaling_experiment_rejects_a_bad_target(ex, tiny_gpt2, kafka_ids):
     model, _ = tiny_gpt2
     bad = model.config.vocab_size + 5
-    try:
-        ex.scaling_experiment(model, kafka_ids, bad)
-    except (ValueError, IndexError):
-        pass
-    else:
-        pytest.fail(
-            f"target_id {bad} is not a token id (the vocabulary has {bad - 5}): "
-            f"expected a ValueError"
-        )
+    first_check_scaling_hook(ex)
+    raises_clearly(
+        ValueError, lambda: ex.scaling_experiment(model, kafka_ids, bad),
+        f"scaling_experiment with target_id {bad} (the vocabulary has {bad - 5} tokens)",
+        "Check target_id before running the model (kata.token_id(target_id, vocab_size) does).",
+        "target-id-not-checked")
 
 
 # ----------------------------------------------------------------------------- the figure
@@ -640,74 +695,63 @@ def numbers_in(strings):
     return found
 
 
-def marker_series(ax):
-    """(x, y) of every series drawn with markers: plot(..., 'o') lines and scatter collections."""
-    series = []
-    for line in ax.get_lines():
-        if line.get_marker() not in (None, "", " ", "None"):
-            x, y = np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
-            series.append((x, y))
-    for collection in ax.collections:
-        offsets = np.asarray(collection.get_offsets(), float)
-        if offsets.ndim == 2 and len(offsets):
-            series.append((offsets[:, 0], offsets[:, 1]))
-    return series
-
-
 def test_plot_scaling_experiment(ex, tmp_path):
     values = torch.tensor([-11.2, -11.05, -11.3, -11.09])
     clean = -11.0934
     fig = ex.plot_scaling_experiment(values, clean)
     try:
-        assert isinstance(fig, Figure), f"expected a matplotlib Figure, got {type(fig).__name__}"
-        assert len(fig.axes) == 1, f"figure 11 has one panel, got {len(fig.axes)} axes"
+        expect(isinstance(fig, Figure), "scaling-figure-not-returned",
+               f"expected a matplotlib Figure, got {type(fig).__name__}")
+        expect(len(fig.axes) == 1, "scaling-figure-panel-count-wrong",
+               f"figure 11 has one panel, got {len(fig.axes)} axes")
         ax = fig.axes[0]
         width, height = fig.get_size_inches()
-        assert width >= 2 * height, (
+        expect(width >= 2 * height, "scaling-figure-not-wide", (
             f"figure 11 is wide (about 9 x 3 inches), got {width:g} x {height:g}"
-        )
+        ))
 
-        series = marker_series(ax)
-        assert series, (
+        series = [(points[:, 0], points[:, 1]) for points in drawn_points(ax, marked_only=True)]
+        points = np.concatenate(drawn_points(ax, marked_only=True) or [np.zeros((0, 2))])
+        if len(series) > 1:  # one call per block also counts: all marked points together
+            series.append((points[:, 0], points[:, 1]))
+        expect(series, "scaling-figure-no-markers", (
             "no markers found: draw one marker per block (ax.plot(x, values, 'o') or ax.scatter)"
-        )
+        ))
         matching = [
             (x, y) for x, y in series
             if len(y) == len(values) and np.allclose(y, values.numpy(), atol=1e-4)
         ]
-        assert matching, (
+        expect(matching, "scaling-figure-markers-wrong", (
             f"no series of {len(values)} markers at the values {values.tolist()}; found "
             f"{[np.round(y, 3).tolist() for _, y in series]}"
-        )
+        ))
         x = matching[0][0]
-        assert np.allclose(x, np.arange(len(values))), (
+        expect(np.allclose(x, np.arange(len(values))), "scaling-figure-markers-off-blocks", (
             f"the markers should sit at the block indices 0..{len(values) - 1}, "
             f"got x = {x.tolist()}"
-        )
+        ))
 
         dashed = [
             line for line in ax.get_lines()
             if line.get_linestyle() in ("--", "dashed")
             and np.allclose(np.asarray(line.get_ydata(), float), clean, atol=1e-4)
         ]
-        assert dashed, (
+        expect(dashed, "clean-line-missing", (
             f"no dashed horizontal line at the clean value {clean} "
             f"(ax.axhline(clean_value, linestyle='--'))"
-        )
+        ))
         legends = [legend for legend in [ax.get_legend(), *fig.legends] if legend is not None]
         strings = [t.get_text() for legend in legends for t in legend.get_texts()]
         strings += [t.get_text() for t in ax.texts] + [t.get_text() for t in fig.texts]
-        assert any(abs(n - clean) < 0.01 for n in numbers_in(strings)), (
+        expect(any(abs(n - clean) < 0.01 for n in numbers_in(strings)), "clean-line-unlabelled", (
             f"the clean line is not labelled with its value {clean:.3f}: show the number in a "
             f"legend or a text (label=f'clean: {{clean_value:.3f}}' and ax.legend()); "
             f"found {strings}"
-        )
-        assert ax.get_xlabel().lower() == "transformer block", (
-            f"the x axis should be labelled 'Transformer block', got {ax.get_xlabel()!r}"
-        )
-        assert ax.get_ylabel().lower().replace("-", " ") == "log softmax", (
-            f"the y axis should be labelled 'Log softmax', got {ax.get_ylabel()!r}"
-        )
+        ))
+        expect(ax.get_xlabel().lower() == "transformer block", "scaling-figure-x-label",
+               f"the x axis should be labelled 'Transformer block', got {ax.get_xlabel()!r}")
+        expect(ax.get_ylabel().lower().replace("-", " ") == "log softmax", "scaling-figure-y-label",
+               f"the y axis should be labelled 'Log softmax', got {ax.get_ylabel()!r}")
         fig.savefig(tmp_path / "figure11.png")
     finally:
         plt.close(fig)
@@ -716,16 +760,18 @@ def test_plot_scaling_experiment(ex, tmp_path):
 # ----------------------------------------------------------------------------- trained models
 
 
+def top_21_after_kafka(ex, model, tokenizer) -> list[str]:
+    input_ids = tokenizer(kata.KAFKA_TEXT, return_tensors="pt")["input_ids"]
+    return [text for text, _ in ex.top_next_tokens(model, tokenizer, input_ids, k=21)]
+
+
 @pytest.mark.trained
 def test_smollm2_puts_insect_among_the_top_21(ex, smollm2):
-    model, tokenizer = smollm2
-    input_ids = tokenizer(kata.KAFKA_TEXT, return_tensors="pt")["input_ids"]
-    top = ex.top_next_tokens(model, tokenizer, input_ids, k=21)
-    texts = [text for text, _ in top]
-    assert kata.TARGET_WORD in texts, (
+    texts = top_21_after_kafka(ex, *smollm2)
+    expect(kata.TARGET_WORD in texts, "insect-not-in-top-21", (
         f"SmolLM2 ranks ' insect' among its 21 most likely next tokens after the Kafka sentence "
         f"(9th when measured), but the list was {texts}"
-    )
+    ))
 
 
 @pytest.mark.trained
@@ -735,26 +781,24 @@ def test_smollm2_scaling_lowers_insect_at_most_blocks(ex, smollm2):
     target = tokenizer(kata.TARGET_WORD, add_special_tokens=False)["input_ids"]
     assert len(target) == 1
     clean = torch.log_softmax(reference_logits(model, input_ids)[-1], dim=-1)[target[0]].item()
-    values = torch.as_tensor(ex.scaling_experiment(model, input_ids, target[0], factor=0.8)).float()
+    values = torch.as_tensor(scaling_of(ex, model, input_ids, target[0], factor=0.8)).float()
     n_layers = len(kata.blocks(model))
-    check_shape(values, (n_layers,), "scaling_experiment on SmolLM2", "one value per block")
+    check_shape(values, (n_layers,), "scaling_experiment on SmolLM2", "one value per block",
+                diagnosis="scaling-shape-wrong")
     lowered = int((values < clean).sum())
-    assert lowered > n_layers // 2, (
+    expect(lowered > n_layers // 2, "scaling-does-not-lower-insect", (
         f"scaling one block's output by 0.8 lowered the log-softmax of ' insect' (clean "
         f"{clean:.3f}) at only {lowered} of {n_layers} blocks; measured: 27 of 30. Values: "
         f"{[round(v, 3) for v in values.tolist()]}"
-    )
-    assert abs(values[-1].item() - clean) < 1e-3, (
+    ))
+    expect(abs(values[-1].item() - clean) < 1e-3, "last-block-scaling-changes", (
         f"scaling SmolLM2's last block changed the log-softmax by {values[-1].item() - clean:.4f}; "
         f"its final RMSNorm cancels a global scale, so it should not change"
-    )
+    ))
 
 
 @pytest.mark.trained
 def test_gpt2_ranks_insect_15th(ex, gpt2):
-    model, tokenizer = gpt2
-    input_ids = tokenizer(kata.KAFKA_TEXT, return_tensors="pt")["input_ids"]
-    texts = [text for text, _ in ex.top_next_tokens(model, tokenizer, input_ids, k=21)]
-    assert kata.TARGET_WORD in texts and texts.index(kata.TARGET_WORD) == 14, (
-        f"the post's GPT-2 lists ' insect' 15th of its 21 most likely next tokens; got {texts}"
-    )
+    texts = top_21_after_kafka(ex, *gpt2)
+    expect(kata.TARGET_WORD in texts and texts.index(kata.TARGET_WORD) == 14, "insect-not-15th", (
+        f"the post's GPT-2 lists ' insect' 15th of its 21 most likely next tokens; got {texts}"))

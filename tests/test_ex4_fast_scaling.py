@@ -10,33 +10,22 @@ import torch
 
 import kata
 from kata.hooks import hook_snapshot
-from tests.helpers import check_shape, check_tensor, computed_once
+from kata.diagnosis import diagnose
+from tests.support import (
+    check_shape,
+    check_tensor,
+    computed_once,
+    expect,
+    raises_clearly,
+    reference_log_probs,
+    scaled_block_log_probs,
+)
 
 FACTOR = 0.8
 
 
-def reference_scaling(model, input_ids, target_id, factor):
-    """The experiment the slow way: one full forward pass per block, that block's output scaled."""
-
-    def scale(module, inputs, output):
-        return (output[0] * factor, *output[1:]) if isinstance(output, tuple) else output * factor
-
-    values = []
-    for block in kata.blocks(model):
-        handle = block.register_forward_hook(scale, prepend=True)
-        try:
-            with torch.no_grad():
-                logits = model(input_ids).logits[0, -1]
-        finally:
-            handle.remove()
-        values.append(torch.log_softmax(logits.float(), dim=-1)[target_id])
-    return torch.stack(values).cpu()
-
-
 def clean_log_prob(model, input_ids, target_id):
-    with torch.no_grad():
-        logits = model(input_ids).logits[0, -1]
-    return torch.log_softmax(logits.float(), dim=-1)[target_id].item()
+    return reference_log_probs(model, input_ids)[target_id].item()
 
 
 def kafka_ids(tokenizer):
@@ -49,7 +38,7 @@ def target(tokenizer):
 
 def kafka_reference(model, tokenizer):
     ids, target_id = kafka_ids(tokenizer), target(tokenizer)
-    return ids, target_id, reference_scaling(model, ids, target_id, FACTOR)
+    return ids, target_id, scaled_block_log_probs(model, ids, target_id, FACTOR)
 
 
 @pytest.fixture(scope="module")
@@ -65,20 +54,23 @@ def smollm2_reference(smollm2):
 def check_matches_the_loop(values, expected, model_name):
     check_tensor(values, "fast_scaling_experiment")
     check_shape(values, expected.shape, "fast_scaling_experiment",
-                "one value per transformer block (drop the clean row)")
-    assert values.dtype == torch.float32, f"expected float32, got {values.dtype}"
+                "one value per transformer block (drop the clean row)",
+                diagnosis="fast-scaling-shape-wrong")
+    expect(values.dtype == torch.float32, "fast-scaling-not-float32",
+           f"expected float32, got {values.dtype}")
     difference = (values.cpu() - expected).abs()
     worst = int(difference.argmax())
     if difference.max() > 1e-4 and torch.allclose(values[1:].cpu(), expected[:-1], atol=1e-4):
-        raise AssertionError(
+        diagnose(
+            "clean-row-kept",
             "your values are shifted by one block: row 0 of the batch is the clean run, so the "
             "run scaled at block i is row i + 1"
         )
-    assert difference.max() <= 1e-4, (
+    expect(difference.max() <= 1e-4, "fast-scaling-values-wrong", (
         f"on {model_name}, block {worst} gives {values[worst]:.5f}, but scaling block {worst}'s "
         f"output alone gives {expected[worst]:.5f} (largest difference {difference.max():.2g}): "
         "check that row i is scaled at block i only and that rows are not scaled twice"
-    )
+    ))
 
 
 def test_matches_the_per_block_loop_on_tiny_gpt2(ex, tiny_gpt2, tiny_reference):
@@ -99,10 +91,10 @@ def test_factor_one_gives_the_clean_value_at_every_block(ex, tiny_gpt2, tiny_ref
     ids, target_id, _ = tiny_reference
     values = check_tensor(ex.fast_scaling_experiment(model, ids, target_id, 1.0), "fast_scaling_experiment")
     clean = clean_log_prob(model, ids, target_id)
-    assert torch.allclose(values, torch.full_like(values, clean), atol=1e-4), (
-        f"with factor 1.0 nothing changes, so every entry should be the clean {clean:.5f}; "
-        f"got {values.tolist()}"
-    )
+    expect(torch.allclose(values, torch.full_like(values, clean), atol=1e-4),
+           "fast-scaling-by-one-changes", (
+               f"with factor 1.0 nothing changes, so every entry should be the clean {clean:.5f}; "
+               f"got {values.tolist()}"))
 
 
 class WorkCounter:
@@ -146,35 +138,34 @@ def work(ex, tiny_gpt2, tiny_reference):
 def test_one_forward_pass(work):
     counter, n_blocks, _ = work
     calls = [index for index, _ in counter.block_rows]
-    assert calls.count(0) == 1, (
+    expect(calls.count(0) == 1, "loop-instead-of-batch", (
         f"block 0 ran {calls.count(0)} times: use one batched forward pass (row i scaled at "
-        "block i), not one pass per block"
-    )
+        "block i), not one pass per block"))
 
 
 def test_rows_before_their_block_are_computed_once(work):
     counter, n_blocks, _ = work
     rows = dict(counter.block_rows)
-    assert rows.get(0) == 1, (
+    expect(rows.get(0) == 1, "clean-prefix-recomputed", (
         f"block 0 ran on {rows.get(0)} rows: before a row's own block it is still the clean run, "
-        "so start with the one clean row and add each scaled row after its block"
-    )
-    assert [rows.get(j) for j in range(n_blocks)] == list(range(1, n_blocks + 1)), (
+        "so start with the one clean row and add each scaled row after its block"))
+    expect([rows.get(j) for j in range(n_blocks)] == list(range(1, n_blocks + 1)),
+           "rows-per-block-wrong", (
         f"rows per block {[rows.get(j) for j in range(n_blocks)]}, expected "
         f"{list(range(1, n_blocks + 1))}: block j needs the clean row and the rows scaled at "
         "blocks 0 .. j-1"
-    )
+    ))
 
 
 def test_logits_only_at_the_last_position(work):
     counter, n_blocks, n_tokens = work
-    assert len(counter.unembedded_shapes) == 1, "run the unembedding once, on all rows together"
+    expect(len(counter.unembedded_shapes) == 1, "unembedding-run-per-row",
+           "run the unembedding once, on all rows together")
     shape = counter.unembedded_shapes[0]
     positions = shape[1] if len(shape) == 3 else 1
-    assert positions == 1, (
+    expect(positions == 1, "unembeds-every-position", (
         f"the unembedding ran on {positions} positions (input shape {shape}): only the last "
-        "position predicts the next token, so give it final[:, -1] only"
-    )
+        "position predicts the next token, so give it final[:, -1] only"))
 
 
 def test_hooks_are_left_exactly_as_they_were(ex, tiny_gpt2, tiny_reference):
@@ -182,7 +173,8 @@ def test_hooks_are_left_exactly_as_they_were(ex, tiny_gpt2, tiny_reference):
     ids, target_id, _ = tiny_reference
     before = hook_snapshot(model)
     ex.fast_scaling_experiment(model, ids, target_id, FACTOR)
-    assert hook_snapshot(model) == before, "a hook was left on the model: remove every hook you register"
+    expect(hook_snapshot(model) == before, "fast-scaling-hook-left",
+           "a hook was left on the model: remove every hook you register")
 
 
 def test_hooks_are_removed_when_the_forward_pass_raises(ex, tiny_gpt2, tiny_reference):
@@ -202,17 +194,25 @@ def test_hooks_are_removed_when_the_forward_pass_raises(ex, tiny_gpt2, tiny_refe
             ex.fast_scaling_experiment(model, ids, target_id, FACTOR)
     finally:
         handle.remove()
-    assert hook_snapshot(model) == before, (
+    expect(hook_snapshot(model) == before, "fast-scaling-hooks-not-removed-on-error", (
         "after the forward pass raised, a hook was still on the model: remove hooks in a "
-        "finally block"
-    )
+        "finally block"))
 
 
 def test_bad_input_gets_a_clear_error(ex, tiny_gpt2, tiny_reference):
     model, _ = tiny_gpt2
     ids, _, _ = tiny_reference
-    with pytest.raises(ValueError, match="token id"):
-        ex.fast_scaling_experiment(model, ids, model.config.vocab_size + 5, FACTOR)
+    bad = model.config.vocab_size + 5
+    message = raises_clearly(
+        ValueError, lambda: ex.fast_scaling_experiment(model, ids, bad, FACTOR),
+        f"fast_scaling_experiment with target_id {bad}", "kata.token_id checks it.",
+        "fast-target-id-not-checked")
+    expect("token id" in message, "fast-target-id-message",
+           f"the ValueError should say that {bad} is not a token id, got {message!r}")
     too_long = torch.zeros(1, kata.context_length(model) + 1, dtype=torch.long)
-    with pytest.raises(ValueError, match="context"):
-        ex.fast_scaling_experiment(model, too_long, 0, FACTOR)
+    message = raises_clearly(
+        ValueError, lambda: ex.fast_scaling_experiment(model, too_long, 0, FACTOR),
+        "fast_scaling_experiment on a text longer than the context",
+        "kata.one_sequence(input_ids, model) checks it.", "fast-context-length-not-checked")
+    expect("context" in message, "fast-context-length-message",
+           f"the ValueError should name the model's context length, got {message!r}")

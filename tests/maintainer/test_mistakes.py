@@ -1,9 +1,10 @@
-"""Every catalogued learner mistake is caught by the exercise tests, and named.
+"""Every catalogued learner mistake is caught by the exercise tests, and named by its diagnosis.
 
 For each mistake in ``tests/mistakes/exN.py``: run exercise N's tests against the solution with
-the mistake patched in (``--kata-patch``), and check that at least one test fails with a message
-containing the catalogue's words. The runs happen in this process, so the session's models are
-loaded once for all of them.
+the mistake patched in (``--kata-patch``), and check that the *first* failing test (the verdict
+the learner reads first) reports the catalogue's diagnosis id through ``kata.diagnosis`` -- a
+sentence about the learner's code, never a bare library exception. The runs happen in this
+process, so the session's models are loaded once for all of them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import textwrap
 
 import pytest
 
+from kata.diagnosis import diagnosis_of
 from kata.manifest import load_manifest
 from tests.mistakes import Mistake
 
@@ -35,36 +37,49 @@ def catalogue() -> list[Mistake]:
 MISTAKES = catalogue()
 
 
-class FailureCollector:
-    """A pytest plugin object that keeps every failed test's name and message.
+class FirstFailure:
+    """A pytest plugin object that keeps the first failing test: its name, message, diagnosis.
 
-    Once a failure names the mistake, the remaining tests are passed over: they could only
-    confirm it.
+    Once a test failed, the remaining tests are passed over: the first failure is the verdict.
     """
 
-    def __init__(self, words: str):
-        self.words = words
-        self.failures: dict[str, str] = {}
-        self.named = False
+    def __init__(self):
+        self.test: str | None = None
+        self.message = ""
+        self.diagnosis: str | None = None
+        self.error_type = ""
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item, nextitem):
-        return True if self.named else None  # True: "handled", the test does not run
+        return True if self.test is not None else None  # True: "handled", the test does not run
 
-    def pytest_runtest_logreport(self, report):
-        if report.failed:  # keep every phase: a leaked hook is reported at teardown
-            self.failures[report.nodeid] = self.failures.get(report.nodeid, "") + report.longreprtext
-            self.named = self.named or self.words in report.longreprtext
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        report = outcome.get_result()
+        # every phase counts: a leaked hook is reported at teardown
+        if report.failed and self.test is None:
+            error = call.excinfo.value if call.excinfo is not None else None
+            found = diagnosis_of(error)
+            self.test = report.nodeid
+            self.message = report.longreprtext
+            self.diagnosis = found.id if found is not None else None
+            self.error_type = type(error).__name__ if error is not None else ""
+
+    @property
+    def last_line(self) -> str:
+        lines = self.message.strip().splitlines()
+        return lines[-1][:300] if lines else ""
 
 
-def run_tests_with_mistake(mistake: Mistake, rootpath, tmp_path) -> FailureCollector:
+def run_tests_with_mistake(mistake: Mistake, rootpath, tmp_path) -> FirstFailure:
     """Run the exercise's tests with the mistake planted: the fast tests on the tiny model first,
-    then, only if they did not name the mistake, all of them."""
+    then, only if none of them failed, all of them."""
     patch = tmp_path / f"{mistake.exercise}_{mistake.id}.py"
     patch.write_text(textwrap.dedent(mistake.code))
     exercise = EXERCISES[mistake.exercise]
     for selection in (["-m", "not trained"], []):
-        collector = FailureCollector(mistake.message)
+        first = FirstFailure()
         pytest.main(
             [
                 str(rootpath / exercise.tests), "--impl", "solutions", *selection,
@@ -72,11 +87,11 @@ def run_tests_with_mistake(mistake: Mistake, rootpath, tmp_path) -> FailureColle
                 "-q", "-p", "no:cacheprovider", "-p", "no:unraisableexception",
                 "--tb=native", "-o", "addopts=",
             ],
-            plugins=[collector],
+            plugins=[first],
         )
-        if collector.named:
+        if first.test is not None:
             break
-    return collector
+    return first
 
 
 def test_catalogue_is_large_and_covers_every_exercise():
@@ -86,16 +101,33 @@ def test_catalogue_is_large_and_covers_every_exercise():
     assert {m.exercise for m in MISTAKES} >= {"ex1", "ex2", "ex3"}
 
 
+def test_diagnosis_ids_are_kebab_case_and_each_names_one_mistake():
+    by_id: dict[str, list[str]] = {}
+    for m in MISTAKES:
+        by_id.setdefault(m.diagnosis, []).append(f"{m.exercise}/{m.id}")
+    assert all(m.diagnosis == m.diagnosis.lower() and " " not in m.diagnosis for m in MISTAKES)
+    exercises_per_id = {d: {name.split("/")[0] for name in names} for d, names in by_id.items()}
+    shared = {d: names for d, names in by_id.items() if len(exercises_per_id[d]) > 1
+              and d not in SHARED_DIAGNOSES}
+    assert not shared, f"diagnosis ids belong to one exercise (unless shared on purpose): {shared}"
+
+
+# Diagnoses that the same mistake earns in every exercise.
+SHARED_DIAGNOSES = {"not-a-tensor", "hook-left-on-model"}
+
+
 @pytest.mark.parametrize("mistake", MISTAKES, ids=lambda m: f"{m.exercise}-{m.id}")
 def test_mistake_is_caught_and_named(mistake, request, tmp_path, capsys):
-    collector = run_tests_with_mistake(mistake, request.config.rootpath, tmp_path)
+    first = run_tests_with_mistake(mistake, request.config.rootpath, tmp_path)
     capsys.readouterr()  # the inner run's output is noise here
-    assert collector.failures, (
+    assert first.test is not None, (
         f"no test of {mistake.exercise} fails when the learner {mistake.summary}"
     )
-    named = [test for test, message in collector.failures.items() if mistake.message in message]
-    assert named, (
-        f"the tests catch '{mistake.summary}' but no failure message contains "
-        f"{mistake.message!r}; messages seen:\n"
-        + "\n".join(f"- {test}: {msg.strip().splitlines()[-1][:200]}" for test, msg in collector.failures.items())
+    assert first.diagnosis is not None, (
+        f"the first failing test for '{mistake.summary}' ({first.test}) reports a bare "
+        f"{first.error_type}, not a diagnosis about the learner's code: {first.last_line}"
+    )
+    assert first.diagnosis == mistake.diagnosis, (
+        f"the first failing test for '{mistake.summary}' ({first.test}) names the diagnosis "
+        f"{first.diagnosis!r}, expected {mistake.diagnosis!r}: {first.last_line}"
     )

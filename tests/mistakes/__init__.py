@@ -1,9 +1,12 @@
 """The catalogue of learner mistakes that the exercise tests must catch and name.
 
-Each ``tests/mistakes/exN.py`` holds ``MISTAKES``: plausible wrong versions of solution functions,
-with the words a learner must read when the tests fail. ``tests/maintainer/test_mistakes.py``
-runs each exercise's tests against the solutions with one mistake patched in and checks that a
-test fails with a message containing those words.
+Each ``tests/mistakes/exN.py`` holds ``MISTAKES``: plausible wrong versions of the solution's
+public functions, each with the diagnosis id (``kata.diagnosis``) the tests must report.
+``tests/maintainer/test_mistakes.py`` runs each exercise's tests against the solutions with one
+mistake patched in and checks that the first failing test names that diagnosis.
+
+A mistake's ``code`` redefines public functions only; it may define its own private helpers, but
+never calls the solution's private ones (they are not part of any contract and may be renamed).
 """
 
 from __future__ import annotations
@@ -16,5 +19,5 @@ class Mistake:
     id: str  # a short slug, unique within the exercise: "no-embedding-layer"
     exercise: str  # the manifest id: "ex1"
     summary: str  # what the learner did wrong, in plain words
-    message: str  # words that must appear in the message of at least one failing test
+    diagnosis: str  # the diagnosis id the first failing test must report
     code: str  # replacement definition(s), executed in the solution module's namespace

@@ -1,14 +1,14 @@
-"""Learner mistakes for exercise 1 (hidden states), and the words the tests must answer them with.
+"""Learner mistakes for exercise 1 (hidden states), and the diagnosis the tests must name.
 
-Each ``code`` is executed on top of ``solutions/ex1_hidden_states.py`` (its names, such as
-``torch``, ``kata``, ``plt`` and ``_check_fits_model``, are in scope).
+Each ``code`` is executed on top of ``solutions/ex1_hidden_states.py`` (its public names, such as
+``torch``, ``kata``, ``plt`` and the exercise's functions, are in scope).
 """
 
 from tests.mistakes import Mistake
 
 _HIDDEN_STATES_WITHOUT_EMBEDDINGS = '''
 def get_hidden_states(model, tokens):
-    _check_fits_model(model, tokens["input_ids"])
+    kata.one_sequence(tokens["input_ids"], model)
     with torch.no_grad():
         outputs = model(**tokens, output_hidden_states=True)
     return torch.stack(outputs.hidden_states[1:])[:, 0].float().cpu()  # skips index 0
@@ -16,7 +16,7 @@ def get_hidden_states(model, tokens):
 
 _BATCH_DIMENSION_LEFT_IN = '''
 def get_hidden_states(model, tokens):
-    _check_fits_model(model, tokens["input_ids"])
+    kata.one_sequence(tokens["input_ids"], model)
     with torch.no_grad():
         outputs = model(**tokens, output_hidden_states=True)
     return torch.stack(outputs.hidden_states).float().cpu()  # (n_layers + 1, 1, T, d_model)
@@ -24,14 +24,40 @@ def get_hidden_states(model, tokens):
 
 _AUTOGRAD_GRAPH_KEPT = '''
 def get_hidden_states(model, tokens):
-    _check_fits_model(model, tokens["input_ids"])
+    kata.one_sequence(tokens["input_ids"], model)
     outputs = model(**tokens, output_hidden_states=True)  # no torch.no_grad()
     return torch.stack(outputs.hidden_states)[:, 0].float().cpu()
 '''
 
 _CONTEXT_LENGTH_NOT_CHECKED = '''
-def _check_fits_model(model, input_ids):
-    pass  # never compares the number of tokens with kata.context_length(model)
+def get_hidden_states(model, tokens):
+    with torch.no_grad():  # never compares the number of tokens with kata.context_length(model)
+        outputs = model(**tokens, output_hidden_states=True)
+    return torch.stack(outputs.hidden_states)[:, 0].float().cpu()
+
+
+def embedding_layer_output(model, input_ids):
+    with torch.no_grad():
+        vectors = model.get_input_embeddings()(input_ids[0])
+        wpe = getattr(getattr(model, "transformer", None), "wpe", None)
+        if wpe is not None:
+            vectors = vectors + wpe(torch.arange(input_ids.shape[1]))
+    return vectors.float().cpu()
+
+
+def raw_last_block_output(model, tokens):
+    captured = {}
+
+    def keep_output(module, inputs, output):
+        captured["hidden"] = (output[0] if isinstance(output, tuple) else output).detach()
+
+    handle = kata.blocks(model)[-1].register_forward_hook(keep_output)
+    try:
+        with torch.no_grad():
+            model(**tokens)
+    finally:
+        handle.remove()
+    return captured["hidden"][0].float().cpu()
 '''
 
 _RAW_IS_LAST_HIDDEN_STATE = '''
@@ -41,14 +67,14 @@ def raw_last_block_output(model, tokens):
 
 _NO_POSITION_EMBEDDINGS = '''
 def embedding_layer_output(model, input_ids):
-    _check_fits_model(model, input_ids)
+    kata.one_sequence(input_ids, model)
     with torch.no_grad():
         return model.get_input_embeddings()(input_ids[0]).float().cpu()  # GPT-2 also needs wpe
 '''
 
 _POSITION_EMBEDDINGS_ASSUMED = '''
 def embedding_layer_output(model, input_ids):
-    _check_fits_model(model, input_ids)
+    kata.one_sequence(input_ids, model)
     positions = torch.arange(input_ids.shape[1])
     with torch.no_grad():
         vectors = model.get_input_embeddings()(input_ids[0]) + model.transformer.wpe(positions)
@@ -62,6 +88,7 @@ def raw_last_block_output(model, tokens):
     def keep_output(module, inputs, output):
         captured["hidden"] = (output[0] if isinstance(output, tuple) else output).detach()
 
+    kata.one_sequence(tokens["input_ids"], model)
     kata.blocks(model)[-1].register_forward_hook(keep_output)  # the handle is thrown away
     with torch.no_grad():
         model(**tokens)
@@ -75,6 +102,7 @@ def raw_last_block_output(model, tokens):
     def keep_output(module, inputs, output):
         captured["hidden"] = (output[0] if isinstance(output, tuple) else output).detach()
 
+    kata.one_sequence(tokens["input_ids"], model)
     handle = kata.blocks(model)[-1].register_forward_hook(keep_output)
     with torch.no_grad():
         model(**tokens)  # if this raises, the next line never runs
@@ -84,7 +112,7 @@ def raw_last_block_output(model, tokens):
 
 _HOOK_ASSUMES_TUPLE = '''
 def raw_last_block_output(model, tokens):
-    _check_fits_model(model, tokens["input_ids"])
+    kata.one_sequence(tokens["input_ids"], model)
     captured = {}
 
     def keep_output(module, inputs, output):
@@ -101,7 +129,7 @@ def raw_last_block_output(model, tokens):
 
 _HOOK_ASSUMES_TENSOR = '''
 def raw_last_block_output(model, tokens):
-    _check_fits_model(model, tokens["input_ids"])
+    kata.one_sequence(tokens["input_ids"], model)
     captured = {}
 
     def keep_output(module, inputs, output):
@@ -118,13 +146,13 @@ def raw_last_block_output(model, tokens):
 
 _VARIANCE_OVER_LAYERS = '''
 def activation_variance(hidden_states, token_index):
-    _check_token_index(hidden_states, token_index)
+    token_index = kata.token_index(token_index, hidden_states.shape[1])
     return hidden_states[:, token_index, :].var(dim=0)  # (d_model,): across the layers
 '''
 
 _POPULATION_VARIANCE = '''
 def activation_variance(hidden_states, token_index):
-    _check_token_index(hidden_states, token_index)
+    token_index = kata.token_index(token_index, hidden_states.shape[1])
     return hidden_states[:, token_index, :].var(dim=-1, correction=0)
 '''
 
@@ -183,74 +211,81 @@ def plot_token_activations(hidden_states, token_index, token_label):
 '''
 
 _PLOT_BLOCKS_NUMBERED_FROM_ONE = '''
-def _layer_names(n_hidden_states):
-    return ["Emb"] + [f"L{block + 1}" for block in range(n_hidden_states - 1)]
+_solution_plot = plot_token_activations
+
+
+def plot_token_activations(hidden_states, token_index, token_label):
+    fig = _solution_plot(hidden_states, token_index, token_label)
+    n_hidden = hidden_states.shape[0]
+    for ax in fig.axes:
+        ax.set_xticks(range(n_hidden), ["Emb"] + [f"L{block + 1}" for block in range(n_hidden - 1)])
+    return fig
 '''
 
 
-def _mistake(id, summary, message, code):
-    return Mistake(id=id, exercise="ex1", summary=summary, message=message, code=code)
+def _mistake(id, summary, diagnosis, code):
+    return Mistake(id=id, exercise="ex1", summary=summary, diagnosis=diagnosis, code=code)
 
 
 MISTAKES = [
     _mistake("no-embedding-layer",
              "get_hidden_states drops hidden_states[0], the embedding layer",
-             "index 0 is the embedding layer, before any block", _HIDDEN_STATES_WITHOUT_EMBEDDINGS),
+             "embedding-layer-missing", _HIDDEN_STATES_WITHOUT_EMBEDDINGS),
     _mistake("batch-dimension-left-in",
              "get_hidden_states returns (n_layers + 1, 1, T, d_model)",
-             "the batch dimension (size 1) is still there", _BATCH_DIMENSION_LEFT_IN),
+             "batch-dimension-left-in", _BATCH_DIMENSION_LEFT_IN),
     _mistake("autograd-graph-kept",
              "get_hidden_states runs the model without torch.no_grad()",
-             "torch.no_grad()", _AUTOGRAD_GRAPH_KEPT),
+             "autograd-graph-kept", _AUTOGRAD_GRAPH_KEPT),
     _mistake("context-length-not-checked",
              "a text longer than the model's context reaches the model and fails deep inside it",
-             "kata.context_length(model)", _CONTEXT_LENGTH_NOT_CHECKED),
+             "context-length-not-checked", _CONTEXT_LENGTH_NOT_CHECKED),
     _mistake("raw-is-final-hidden-state",
              "raw_last_block_output returns hidden_states[-1], which has the final norm applied",
-             "already went through the final norm", _RAW_IS_LAST_HIDDEN_STATE),
+             "raw-output-is-final-hidden-state", _RAW_IS_LAST_HIDDEN_STATE),
     _mistake("no-position-embeddings",
              "embedding_layer_output forgets GPT-2's learned position embeddings",
-             "position embeddings", _NO_POSITION_EMBEDDINGS),
+             "position-embeddings-missing", _NO_POSITION_EMBEDDINGS),
     _mistake("position-embeddings-assumed",
              "embedding_layer_output reads model.transformer.wpe on a model without one (Llama)",
-             "rotary", _POSITION_EMBEDDINGS_ASSUMED),
+             "position-embeddings-assumed", _POSITION_EMBEDDINGS_ASSUMED),
     _mistake("hook-never-removed",
              "raw_last_block_output never removes its forward hook",
-             "left a forward hook", _HOOK_NEVER_REMOVED),
+             "hook-left-on-model", _HOOK_NEVER_REMOVED),
     _mistake("hook-removed-without-finally",
              "raw_last_block_output removes its hook after the forward pass, not in finally",
-             "when the forward pass raised", _HOOK_REMOVED_WITHOUT_FINALLY),
+             "hook-not-removed-on-error", _HOOK_REMOVED_WITHOUT_FINALLY),
     _mistake("hook-assumes-tuple",
              "the hook takes output[0], which drops the batch dimension of a tensor output",
-             "plain tensor", _HOOK_ASSUMES_TUPLE),
+             "hook-assumes-tuple", _HOOK_ASSUMES_TUPLE),
     _mistake("hook-assumes-tensor",
              "the hook treats the block output as a tensor and breaks on a tuple",
-             "whose blocks return a tuple", _HOOK_ASSUMES_TENSOR),
+             "hook-assumes-tensor", _HOOK_ASSUMES_TENSOR),
     _mistake("variance-over-layers",
              "activation_variance takes the variance across the layers instead of over d_model",
-             "not over the layers", _VARIANCE_OVER_LAYERS),
+             "variance-over-layers", _VARIANCE_OVER_LAYERS),
     _mistake("population-variance",
              "activation_variance divides by d_model instead of d_model - 1",
-             "divides by d_model - 1", _POPULATION_VARIANCE),
+             "population-variance", _POPULATION_VARIANCE),
     _mistake("token-index-not-checked",
              "an out-of-range token index gets torch's IndexError, which names no valid range",
-             "the valid range", _TOKEN_INDEX_NOT_CHECKED),
+             "token-index-not-checked", _TOKEN_INDEX_NOT_CHECKED),
     _mistake("gpt2-config-names-only",
              "model_summary reads n_layer/n_embd/n_head, which a Llama config does not have",
-             "Llama-family configs", _GPT2_CONFIG_NAMES_ONLY),
+             "gpt2-config-names-on-llama", _GPT2_CONFIG_NAMES_ONLY),
     _mistake("tokenize-with-encode",
              "tokenize uses tokenizer.encode and returns no attention_mask",
-             "attention_mask", _TOKENIZE_WITH_ENCODE),
+             "tokenize-key-missing", _TOKENIZE_WITH_ENCODE),
     _mistake("empty-text-not-checked",
              "tokenize accepts an empty text",
-             "An empty text has no tokens", _EMPTY_TEXT_NOT_CHECKED),
+             "empty-text-accepted", _EMPTY_TEXT_NOT_CHECKED),
     _mistake("plot-layers-from-one",
              "the figure puts layer i's dots at x = i + 1",
-             "put layer i's dots at x = i", _PLOT_LAYERS_FROM_ONE),
+             "figure-dots-at-wrong-layer", _PLOT_LAYERS_FROM_ONE),
     _mistake("plot-without-jitter",
              "the figure stacks each layer's dots on one vertical line",
-             "jitter", _PLOT_WITHOUT_JITTER),
+             "figure-dots-without-jitter", _PLOT_WITHOUT_JITTER),
     _mistake("plot-blocks-numbered-from-one",
              "the figure labels the blocks L1, L2, ... instead of L0, L1, ...",
-             "then the blocks from L0", _PLOT_BLOCKS_NUMBERED_FROM_ONE),
+             "figure-layer-ticks-wrong", _PLOT_BLOCKS_NUMBERED_FROM_ONE),
 ]

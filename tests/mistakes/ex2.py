@@ -1,4 +1,4 @@
-"""Learner mistakes that the tests of exercise 2 (cosine similarities) must catch and name."""
+"""Learner mistakes that the tests of exercise 2 (cosine similarities) must catch, and their diagnoses."""
 
 from tests.mistakes import Mistake
 
@@ -7,7 +7,7 @@ MISTAKES = [
         id="normalised-wrong-dimension",
         exercise="ex2",
         summary="normalises each coordinate across the vectors (dim=0), not each vector (dim=-1)",
-        message="wrong dimension",
+        diagnosis="similarity-normalised-wrong-dimension",
         code='''
 def cosine_similarity_matrix(vectors):
     if vectors.ndim != 2:
@@ -20,7 +20,7 @@ def cosine_similarity_matrix(vectors):
         id="plain-dot-product",
         exercise="ex2",
         summary="returns the dot products without dividing by the vectors' lengths",
-        message="plain dot products",
+        diagnosis="similarity-plain-dot-products",
         code='''
 def cosine_similarity_matrix(vectors):
     if vectors.ndim != 2:
@@ -32,7 +32,7 @@ def cosine_similarity_matrix(vectors):
         id="nan-for-zero-vector",
         exercise="ex2",
         summary="divides by the length without a guard, so a zero vector gives 0 / 0 = NaN",
-        message="zero vector gave NaN",
+        diagnosis="zero-vector-nan",
         code='''
 def cosine_similarity_matrix(vectors):
     if vectors.ndim != 2:
@@ -45,7 +45,7 @@ def cosine_similarity_matrix(vectors):
         id="no-shape-check",
         exercise="ex2",
         summary="does not check that the input is 2-D: a 1-D vector gives a number, no error",
-        message="should raise ValueError",
+        diagnosis="similarity-input-not-checked",
         code='''
 def cosine_similarity_matrix(vectors):
     unit = vectors / vectors.norm(dim=-1, keepdim=True).clamp_min(EPS)
@@ -59,7 +59,7 @@ def cosine_similarity_matrix(vectors):
             "layer_similarity takes hidden_states[token_index] (one layer, all tokens) instead of "
             "one token at every layer"
         ),
-        message="hidden_states[token_index] is a layer",
+        diagnosis="layer-similarity-indexes-a-layer",
         code='''
 def layer_similarity(hidden_states, token_index):
     n_tokens = hidden_states.shape[1]
@@ -75,7 +75,7 @@ def layer_similarity(hidden_states, token_index):
             "token_similarity takes hidden_states[:, layer] (one token across the layers) instead "
             "of one layer"
         ),
-        message="hidden_states[layer] is one layer",
+        diagnosis="token-similarity-indexes-a-token",
         code='''
 def token_similarity(hidden_states, layer):
     n_layers_plus_1 = hidden_states.shape[0]
@@ -88,7 +88,7 @@ def token_similarity(hidden_states, layer):
         id="no-range-check",
         exercise="ex2",
         summary="lets torch's own indexing error through, which does not name the valid indices",
-        message="should name the valid range",
+        diagnosis="layer-similarity-index-not-checked",
         code='''
 def layer_similarity(hidden_states, token_index):
     return cosine_similarity_matrix(hidden_states[:, token_index, :])
@@ -101,7 +101,7 @@ def layer_similarity(hidden_states, token_index):
             "laminar_profile ignores skip_first and always pairs all tokens, the outlier first "
             "token included"
         ),
-        message="forgot to leave out the first token",
+        diagnosis="profile-first-token-kept",
         code='''
 def laminar_profile(hidden_states, skip_first=True):
     n_layers_plus_1, n_tokens, _ = hidden_states.shape
@@ -117,7 +117,7 @@ def laminar_profile(hidden_states, skip_first=True):
             "takes the upper triangle with its diagonal (offset=0), so every token is also paired "
             "with itself"
         ),
-        message="includes the diagonal",
+        diagnosis="profile-includes-diagonal",
         code='''
 def laminar_profile(hidden_states, skip_first=True):
     if skip_first:
@@ -136,7 +136,7 @@ def laminar_profile(hidden_states, skip_first=True):
             "sorts the values, merges equal similarities (losing duplicate pairs) and assumes the "
             "lower triangle's zeros are the smallest value"
         ),
-        message="torch.unique",
+        diagnosis="unique-drops-lowest-pair",
         code='''
 def laminar_profile(hidden_states, skip_first=True):
     if skip_first:
@@ -152,7 +152,7 @@ def laminar_profile(hidden_states, skip_first=True):
         id="pairs-in-lower-triangle-order",
         exercise="ex2",
         summary="lists the pairs of the lower triangle, not in torch.triu_indices order",
-        message="wrong order",
+        diagnosis="profile-pairs-wrong-order",
         code='''
 def laminar_profile(hidden_states, skip_first=True):
     if skip_first:
@@ -170,7 +170,7 @@ def laminar_profile(hidden_states, skip_first=True):
             "figure 7 takes the data of the loop counter k while the title names token_indices[k] "
             "(the original notebook's bug)"
         ),
-        message="loop counter instead of the token in its title",
+        diagnosis="layer-figure-loop-counter",
         code='''
 def plot_layer_similarity(hidden_states, token_indices, token_labels, vmin=0.8, vmax=1.0):
     fig, axes = plt.subplots(1, len(token_indices), squeeze=False)
@@ -192,7 +192,7 @@ def plot_layer_similarity(hidden_states, token_indices, token_labels, vmin=0.8, 
             "figure 8 takes the data of the loop counter k while the title names layers[k] "
             "(the original notebook's bug)"
         ),
-        message="loop counter instead of the layer in its title",
+        diagnosis="token-figure-loop-counter",
         code='''
 def plot_token_similarity(hidden_states, layers, token_labels, vmin=0.5, vmax=1.0):
     n_tokens = hidden_states.shape[1]
@@ -212,7 +212,7 @@ def plot_token_similarity(hidden_states, layers, token_labels, vmin=0.5, vmax=1.
         id="colour-limits-ignored",
         exercise="ex2",
         summary="plot_layer_similarity hard-codes the colour limits 0.8 and 1, ignoring vmin, vmax",
-        message="should use those colour limits",
+        diagnosis="layer-figure-ignores-vmin-vmax",
         code='''
 def plot_layer_similarity(hidden_states, token_indices, token_labels, vmin=0.8, vmax=1.0):
     fig, axes = plt.subplots(1, len(token_indices), squeeze=False)
@@ -230,7 +230,7 @@ def plot_layer_similarity(hidden_states, token_indices, token_labels, vmin=0.8, 
         id="laminar-mean-over-layers",
         exercise="ex2",
         summary="the mean line averages over the layers (dim=0), one value per pair, not per layer",
-        message="averaged over the pairs, not over the layers",
+        diagnosis="laminar-mean-over-layers",
         code='''
 def plot_laminar_profile(profile):
     n_layers_plus_1, n_pairs = profile.shape
@@ -243,6 +243,35 @@ def plot_laminar_profile(profile):
     ax.set_xlabel("layer")
     ax.set_ylabel("cosine similarity")
     return fig
+''',
+    ),
+    Mistake(
+        id="row-norm-without-keepdim",
+        exercise="ex2",
+        summary="divides the (n, d) vectors by vectors.norm(dim=-1), shape (n,), without keepdim",
+        diagnosis="row-norm-without-keepdim",
+        code='''
+def cosine_similarity_matrix(vectors):
+    if vectors.ndim != 2:
+        raise ValueError(f"expected (n, d), got {tuple(vectors.shape)}")
+    unit = vectors / vectors.norm(dim=-1).clamp_min(EPS)  # (n, d) / (n,): broadcasts over d
+    return unit @ unit.T
+''',
+    ),
+    Mistake(
+        id="unique-drops-lowest-pair",
+        exercise="ex2",
+        summary="takes the pairs above the diagonal, then torch.unique(...)[1:] to 'drop the "
+        "diagonal', which drops the lowest (most negative) similarity instead",
+        diagnosis="unique-drops-lowest-pair",
+        code='''
+def laminar_profile(hidden_states, skip_first=True):
+    if skip_first:
+        hidden_states = hidden_states[:, 1:, :]
+    n = hidden_states.shape[1]
+    rows, cols = torch.triu_indices(n, n, offset=1)
+    return torch.stack([torch.unique(token_similarity(hidden_states, layer)[rows, cols])[1:]
+                        for layer in range(hidden_states.shape[0])])
 ''',
     ),
 ]

@@ -1,75 +1,82 @@
-"""Learner mistakes for exercise 3 (the scaling hook) and the words the tests answer them with.
+"""Learner mistakes for exercise 3 (the scaling hook), and the diagnosis the tests must name.
 
-Each ``code`` is executed on top of ``solutions/ex3_manipulation.py`` (its names, such as
-``torch``, ``kata``, ``plt``, ``make_scaling_hook``, ``next_token_log_probs`` and the helper
-``_next_token_logits``, are in scope), so the other solution functions call the patched ones.
+Each ``code`` is executed on top of ``solutions/ex3_manipulation.py`` (its public names, such as
+``torch``, ``kata``, ``plt``, ``make_scaling_hook`` and ``next_token_log_probs``, are in scope),
+so the other solution functions call the patched ones. Mistakes never call the solution's
+private helpers; a learner's own helper is part of the mistake's code.
 """
 
 from tests.mistakes import Mistake
 
 # ----------------------------------------------------------------------------- the prediction
 
-_LOGITS_NOT_LOG_SOFTMAX = '''
-def next_token_log_probs(model, input_ids):
-    return _next_token_logits(model, input_ids)  # raw logits, never normalised
+# The learner's own shared helper, as the docstring suggests; each prediction mistake redefines
+# both public functions on top of it.
+_LOGITS = '''
+def _my_logits(model, input_ids, position=-1, no_grad=True, check_length=True):
+    input_ids = torch.as_tensor(input_ids)
+    if input_ids.dim() == 1:
+        input_ids = input_ids[None]
+    if input_ids.dim() != 2 or input_ids.shape[0] != 1 or input_ids.shape[1] == 0:
+        raise ValueError("one non-empty sequence please")
+    if check_length and input_ids.shape[1] > kata.context_length(model):
+        raise ValueError(f"longer than the context length {kata.context_length(model)}")
+    if no_grad:
+        with torch.no_grad():
+            return model(input_ids).logits[0, position].float().cpu()
+    return model(input_ids).logits[0, position].float().cpu()
 '''
 
-_SOFTMAX_NOT_LOG_SOFTMAX = '''
+
+def _prediction(log_probs: str, logits_call: str = "_my_logits(model, input_ids)") -> str:
+    return _LOGITS + f'''
+
 def next_token_log_probs(model, input_ids):
-    return torch.softmax(_next_token_logits(model, input_ids), dim=-1)  # probabilities
+    return {log_probs}
+
+
+def top_next_tokens(model, tokenizer, input_ids, k=21):
+    top = torch.topk({logits_call}, k)
+    return [(tokenizer.decode([i]), v) for i, v in zip(top.indices.tolist(), top.values.tolist())]
 '''
 
+
+_LOGITS_NOT_LOG_SOFTMAX = _prediction("_my_logits(model, input_ids)  # raw logits")
+_SOFTMAX_NOT_LOG_SOFTMAX = _prediction("torch.softmax(_my_logits(model, input_ids), dim=-1)")
 _LOG_SOFTMAX_OVER_POSITIONS = '''
 def next_token_log_probs(model, input_ids):
-    input_ids = torch.as_tensor(input_ids).reshape(1, -1)
+    input_ids = kata.one_sequence(input_ids, model)
     with torch.no_grad():
         logits = model(input_ids).logits  # (1, T, vocab_size)
     return torch.log_softmax(logits, dim=1)[0, -1]  # normalised over the T positions
 '''
-
-_FIRST_POSITION = '''
-def _next_token_logits(model, input_ids):
-    input_ids = torch.as_tensor(input_ids)
-    if input_ids.dim() == 1:
-        input_ids = input_ids[None]
-    if input_ids.dim() != 2 or input_ids.shape[0] != 1 or input_ids.shape[1] == 0:
-        raise ValueError("one non-empty sequence please")
-    if input_ids.shape[1] > kata.context_length(model):
-        raise ValueError(f"longer than the context length {kata.context_length(model)}")
-    with torch.no_grad():
-        logits = model(input_ids).logits
-    return logits[0, 0].float().cpu()  # the first position, not the last
+_FIRST_POSITION = _prediction(
+    "torch.log_softmax(_my_logits(model, input_ids, position=0), dim=-1)",
+    "_my_logits(model, input_ids, position=0)")
+_NO_GRAD_MISSING = _prediction(
+    "torch.log_softmax(_my_logits(model, input_ids, no_grad=False), dim=-1)",
+    "_my_logits(model, input_ids, no_grad=False)")
+_CONTEXT_LENGTH_NOT_CHECKED = _prediction(
+    "torch.log_softmax(_my_logits(model, input_ids, check_length=False), dim=-1)",
+    "_my_logits(model, input_ids, check_length=False)")
+_UNBATCHED_INPUT = '''
+def next_token_log_probs(model, input_ids):
+    with torch.no_grad():  # a (T,) input reaches the model without its batch dimension
+        logits = model(torch.as_tensor(input_ids)).logits
+    return torch.log_softmax(logits[0, -1].float(), dim=-1)
 '''
+_TOP_TOKENS_LOWEST_FIRST = _LOGITS + '''
 
-_NO_GRAD_MISSING = '''
-def _next_token_logits(model, input_ids):
-    input_ids = torch.as_tensor(input_ids)
-    if input_ids.dim() == 1:
-        input_ids = input_ids[None]
-    if input_ids.dim() != 2 or input_ids.shape[0] != 1 or input_ids.shape[1] == 0:
-        raise ValueError("one non-empty sequence please")
-    if input_ids.shape[1] > kata.context_length(model):
-        raise ValueError(f"longer than the context length {kata.context_length(model)}")
-    return model(input_ids).logits[0, -1].float().cpu()  # builds an autograd graph
-'''
-
-_CONTEXT_LENGTH_NOT_CHECKED = '''
-def _next_token_logits(model, input_ids):
-    input_ids = torch.as_tensor(input_ids)
-    if input_ids.dim() == 1:
-        input_ids = input_ids[None]
-    if input_ids.dim() != 2 or input_ids.shape[0] != 1 or input_ids.shape[1] == 0:
-        raise ValueError("one non-empty sequence please")
-    with torch.no_grad():  # a too-long text reaches the model and fails deep inside it
-        return model(input_ids).logits[0, -1].float().cpu()
-'''
-
-_TOP_TOKENS_LOWEST_FIRST = '''
 def top_next_tokens(model, tokenizer, input_ids, k=21):
-    logits = _next_token_logits(model, input_ids)
-    top = torch.topk(logits, k)
+    top = torch.topk(_my_logits(model, input_ids), k)
     pairs = [(tokenizer.decode([i]), v) for i, v in zip(top.indices.tolist(), top.values.tolist())]
     return sorted(pairs, key=lambda pair: pair[1])  # ascending
+'''
+_TOP_LOGIT_TENSOR = _LOGITS + '''
+
+def top_next_tokens(model, tokenizer, input_ids, k=21):
+    top = torch.topk(_my_logits(model, input_ids), k)
+    return [(tokenizer.decode([int(i)]), v) for i, v in zip(top.indices, top.values)]  # 0-d tensors
 '''
 
 _TOP_TOKENS_LOG_PROBS = '''
@@ -86,6 +93,13 @@ def text_stats(tokenizer, text):
     ids = tokenizer(text)["input_ids"]
     return {"chars": len(text), "unique_chars": len(set(text)),
             "tokens": len(ids), "unique_tokens": len(ids)}  # no set()
+'''
+
+_SET_OF_TENSORS = '''
+def text_stats(tokenizer, text):
+    ids = tokenizer(text, return_tensors="pt")["input_ids"]
+    return {"chars": len(text), "unique_chars": len(set(text)),
+            "tokens": ids.shape[1], "unique_tokens": len(set(ids[0]))}  # 0-d tensors never equal
 '''
 
 _MULTI_TOKEN_TARGET_TRUNCATED = '''
@@ -184,6 +198,34 @@ def scaling_experiment(model, input_ids, target_id, factor=0.8):
     return values
 '''
 
+_GPT2_NAMES = '''
+def scaling_experiment(model, input_ids, target_id, factor=0.8):
+    if not 0 <= target_id < model.config.vocab_size:
+        raise ValueError(f"target_id {target_id} is not a token id")
+    hook = make_scaling_hook(factor)
+    values = torch.empty(model.config.n_layer)  # GPT-2's name
+    for i, block in enumerate(model.transformer.h):
+        handle = block.register_forward_hook(hook, prepend=True)
+        try:
+            values[i] = next_token_log_probs(model, input_ids)[target_id]
+        finally:
+            handle.remove()
+    return values
+'''
+
+_TARGET_NOT_CHECKED = '''
+def scaling_experiment(model, input_ids, target_id, factor=0.8):
+    hook = make_scaling_hook(factor)
+    values = torch.empty(len(kata.blocks(model)))
+    for i, block in enumerate(kata.blocks(model)):
+        handle = block.register_forward_hook(hook, prepend=True)
+        try:
+            values[i] = next_token_log_probs(model, input_ids)[target_id]  # torch's IndexError
+        finally:
+            handle.remove()
+    return values
+'''
+
 # ----------------------------------------------------------------------------- the figure
 
 _CLEAN_LINE_SOLID = '''
@@ -208,71 +250,86 @@ def plot_scaling_experiment(values, clean_value):
 '''
 
 
-def _mistake(id, summary, message, code):
-    return Mistake(id=id, exercise="ex3", summary=summary, message=message, code=code)
+def _mistake(id, summary, diagnosis, code):
+    return Mistake(id=id, exercise="ex3", summary=summary, diagnosis=diagnosis, code=code)
 
 
 MISTAKES = [
     _mistake("logits-not-log-softmax",
              "next_token_log_probs returns the raw logits of the last position",
-             "these are the raw logits", _LOGITS_NOT_LOG_SOFTMAX),
+             "logits-not-log-softmax", _LOGITS_NOT_LOG_SOFTMAX),
     _mistake("softmax-not-log-softmax",
              "next_token_log_probs returns probabilities (softmax), not their logarithm",
-             "softmax instead of log-softmax", _SOFTMAX_NOT_LOG_SOFTMAX),
+             "softmax-not-log-softmax", _SOFTMAX_NOT_LOG_SOFTMAX),
     _mistake("log-softmax-over-positions",
              "next_token_log_probs normalises over the positions (dim=1) instead of the vocabulary",
-             "log-softmax over the wrong dimension", _LOG_SOFTMAX_OVER_POSITIONS),
+             "log-softmax-over-positions", _LOG_SOFTMAX_OVER_POSITIONS),
     _mistake("first-position",
              "the prediction is read from the first position's logits instead of the last",
-             "first position", _FIRST_POSITION),
+             "first-position-logits", _FIRST_POSITION),
     _mistake("autograd-graph-kept",
              "the model runs without torch.no_grad(), so the results carry an autograd graph",
-             "torch.no_grad()", _NO_GRAD_MISSING),
+             "prediction-autograd-graph-kept", _NO_GRAD_MISSING),
     _mistake("context-length-not-checked",
              "a text longer than the model's context reaches the model and fails deep inside it",
-             "instead of a clear ValueError", _CONTEXT_LENGTH_NOT_CHECKED),
+             "prediction-context-length-not-checked", _CONTEXT_LENGTH_NOT_CHECKED),
     _mistake("top-tokens-lowest-first",
              "top_next_tokens lists the 21 tokens lowest logit first",
-             "sorted highest logit first", _TOP_TOKENS_LOWEST_FIRST),
+             "top-tokens-lowest-first", _TOP_TOKENS_LOWEST_FIRST),
     _mistake("top-tokens-log-probs",
              "top_next_tokens lists log-softmax values instead of the raw logits of figure 10",
-             "figure 10 lists the raw logits", _TOP_TOKENS_LOG_PROBS),
+             "top-tokens-log-probs", _TOP_TOKENS_LOG_PROBS),
     _mistake("unique-tokens-not-deduplicated",
              "text_stats counts every token as unique (len(ids) instead of len(set(ids)))",
-             "count each distinct token id once", _UNIQUE_TOKENS_NOT_DEDUPLICATED),
+             "set-of-tensors", _UNIQUE_TOKENS_NOT_DEDUPLICATED),
     _mistake("multi-token-target-truncated",
              "target_token_id silently keeps the first piece of a word split into several tokens",
-             "silently truncated", _MULTI_TOKEN_TARGET_TRUNCATED),
+             "multi-token-target-truncated", _MULTI_TOKEN_TARGET_TRUNCATED),
     _mistake("hook-tensor-as-tuple",
              "the hook unpacks a tensor output like a tuple (output[0] drops the batch dimension)",
-             "tuple unpacking of a tensor output", _HOOK_TENSOR_AS_TUPLE),
+             "hook-tensor-as-tuple", _HOOK_TENSOR_AS_TUPLE),
     _mistake("hook-tuple-as-tensor",
              "the hook multiplies a tuple output as if it were a tensor",
-             "failed on a tuple output", _HOOK_TUPLE_AS_TENSOR),
+             "hook-tuple-as-tensor", _HOOK_TUPLE_AS_TENSOR),
     _mistake("hook-in-place",
              "the hook scales the block's output in place (mul_)",
-             "in-place scaling", _HOOK_IN_PLACE),
+             "hook-in-place", _HOOK_IN_PLACE),
     _mistake("hook-never-removed",
              "scaling_experiment never removes its hooks, so the scalings pile up",
-             "a hook left registered", _HOOK_NEVER_REMOVED),
+             "hook-left-on-model", _HOOK_NEVER_REMOVED),
     _mistake("hook-removed-without-finally",
              "scaling_experiment removes each hook after the forward pass, not in finally",
-             "remove it in a finally block", _HOOK_REMOVED_WITHOUT_FINALLY),
+             "scaling-hook-not-removed-on-error", _HOOK_REMOVED_WITHOUT_FINALLY),
     _mistake("scaled-block-input",
              "scaling_experiment scales each block's input (a forward pre-hook), not its output",
-             "instead of its output", _SCALED_BLOCK_INPUT),
+             "scaled-block-input", _SCALED_BLOCK_INPUT),
     _mistake("hook-without-prepend",
              "scaling_experiment registers its hook without prepend=True; the values are right, "
              "but hooks already on the block (transformers 5's hidden-state recorders) see the "
              "unscaled output, which only matters to code that reads hidden states",
-             "prepend=True", _HOOK_WITHOUT_PREPEND),
+             "hook-without-prepend", _HOOK_WITHOUT_PREPEND),
     _mistake("one-value-per-hidden-state",
              "scaling_experiment returns n_layers + 1 values, sized like hidden_states",
-             "one more entry, the embeddings", _ONE_VALUE_PER_HIDDEN_STATE),
+             "one-value-per-hidden-state", _ONE_VALUE_PER_HIDDEN_STATE),
     _mistake("clean-line-solid",
              "the clean line of figure 11 is solid, not dashed",
-             "no dashed horizontal line", _CLEAN_LINE_SOLID),
+             "clean-line-missing", _CLEAN_LINE_SOLID),
     _mistake("clean-line-unlabelled",
              "the clean line of figure 11 does not show the clean value",
-             "not labelled with its value", _CLEAN_LINE_UNLABELLED),
+             "clean-line-unlabelled", _CLEAN_LINE_UNLABELLED),
+    _mistake("set-of-tensors",
+             "text_stats counts distinct tokens with a set of 0-d tensors, which hash by identity",
+             "set-of-tensors", _SET_OF_TENSORS),
+    _mistake("unbatched-input",
+             "next_token_log_probs passes a (T,) input to the model without a batch dimension",
+             "unbatched-input", _UNBATCHED_INPUT),
+    _mistake("top-logit-tensor",
+             "top_next_tokens returns each logit as a 0-d tensor, not a Python float",
+             "top-logit-not-float", _TOP_LOGIT_TENSOR),
+    _mistake("gpt2-names-on-llama",
+             "scaling_experiment uses model.config.n_layer and model.transformer.h (GPT-2 only)",
+             "gpt2-names-in-scaling-experiment", _GPT2_NAMES),
+    _mistake("target-id-not-checked",
+             "scaling_experiment lets a bad target_id reach torch's indexing",
+             "target-id-not-checked", _TARGET_NOT_CHECKED),
 ]

@@ -1,0 +1,354 @@
+"""Shared test support: numeric checks, error checks, reference computations and fake models.
+
+Every check that recognises a learner's mistake fails through :func:`kata.diagnosis.diagnose`
+with a stable id, so the grader and the mistakes catalogue (``tests/mistakes/``) name it the
+same way. Reference values are computed here from the model and from torch, written once, and
+never from ``solutions/``.
+
+* numeric checks: :func:`expect`, :func:`check_tensor`, :func:`check_shape`, :func:`check_close`,
+  :func:`close`;
+* error checks: :func:`raises_clearly` (the function must raise this error, not a deeper one),
+  :func:`check_message_names`;
+* first-dependency checks: :func:`learner_call` (a library error raised inside another of the
+  learner's functions is reported as that function's fault);
+* reference computations: :func:`reference_hidden_states`, :func:`reference_raw_last_block`,
+  :func:`cosine_matrix`, :func:`reference_log_probs`, :func:`scaled_block_log_probs`,
+  :func:`computed_once`;
+* figures: :func:`drawn_points` (the points drawn on an axes, by any artist);
+* fake models: :class:`ToyBlock`, :class:`ToyModel`, :class:`TensorBlock`, :class:`TupleBlock`.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import kata
+from kata.compat import block_hidden, with_block_hidden
+from kata.diagnosis import diagnose
+
+# ----------------------------------------------------------------------------- numeric checks
+
+
+def expect(condition, id: str, message: str) -> None:
+    """Fail the test with diagnosis ``id`` and ``message`` unless ``condition`` holds."""
+    if not condition:
+        diagnose(id, message)
+
+
+def _fail(diagnosis: str | None, message: str):
+    if diagnosis is not None:
+        diagnose(diagnosis, message)
+    raise AssertionError(message)
+
+
+def _with_hint(message: str, hint: str) -> str:
+    return message + (f": {hint}" if hint else "")
+
+
+def check_tensor(value, name: str, hint: str = "", diagnosis: str = "not-a-tensor") -> torch.Tensor:
+    """Fail unless ``value`` is a tensor (a list, a tuple or a stub's None returned instead)."""
+    if not isinstance(value, torch.Tensor):
+        diagnose(diagnosis, _with_hint(
+            f"{name} should return a torch.Tensor, got {type(value).__name__}", hint))
+    return value
+
+
+def check_shape(value: torch.Tensor, expected: tuple, name: str, hint: str = "",
+                diagnosis: str | None = None) -> None:
+    """Fail unless ``value.shape == expected``; ``hint`` says what a wrong shape usually means."""
+    actual = tuple(value.shape)
+    if actual != tuple(expected):
+        _fail(diagnosis, _with_hint(f"{name} has shape {actual}, expected {tuple(expected)}", hint))
+
+
+def as_float64(value) -> torch.Tensor:
+    """Anything array-like (tensor, numpy array, list, masked array) as a float64 CPU tensor."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().double()
+    return torch.as_tensor(np.asarray(value, dtype=np.float64))
+
+
+def close(a, b, atol: float = 1e-5, rtol: float = 1e-4) -> bool:
+    """Same shape and numerically equal (float64 comparison)."""
+    a, b = as_float64(a), as_float64(b)
+    return a.shape == b.shape and bool(torch.allclose(a, b, atol=atol, rtol=rtol))
+
+
+def check_close(actual, expected, name: str, hint: str = "", atol=1e-5, rtol=1e-4,
+                diagnosis: str | None = None) -> None:
+    """Fail unless two tensors are numerically equal, saying by how much they differ."""
+    actual, expected = as_float64(actual), as_float64(expected)
+    if actual.shape != expected.shape:
+        _fail(diagnosis, _with_hint(
+            f"{name} has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}", hint))
+    if not torch.allclose(actual, expected, atol=atol, rtol=rtol):
+        worst = (actual - expected).abs().max().item()
+        _fail(diagnosis, _with_hint(
+            f"{name} differs from the expected values (largest difference {worst:.3g})", hint))
+
+
+# ----------------------------------------------------------------------------- error checks
+
+
+def raises_clearly(error_type, call, situation: str, hint: str, diagnosis: str) -> str:
+    """Run ``call()``; it must raise ``error_type`` itself. Returns the error's message.
+
+    Any other exception (torch's own IndexError from indexing, a TypeError deep in a library) or
+    no exception at all fails with ``diagnosis``: the learner's function must check its input and
+    say what is wrong in its own words.
+    """
+    try:
+        result = call()
+    except NotImplementedError:
+        raise
+    except error_type as error:
+        if "out of bounds for dimension" in str(error):  # torch's own, not the learner's check
+            diagnose(diagnosis, f"{situation}: the IndexError is torch's own ({error}), which names "
+                     f"no valid range in the learner's terms. {hint}")
+        return str(error)
+    except Exception as error:  # noqa: BLE001 - any other error is the learner's bug to read about
+        diagnose(diagnosis, f"{situation}: expected a {error_type.__name__} with a clear message, "
+                 f"got {type(error).__name__}: {error}. {hint}")
+    diagnose(diagnosis, f"{situation}: expected a {error_type.__name__}, but nothing was raised "
+             f"(it returned {type(result).__name__}). {hint}")
+
+
+def check_message_names(message: str, words, id: str, what: str) -> None:
+    """The error message must contain each of ``words`` (case-insensitive); ``what`` explains."""
+    missing = [w for w in words if str(w).lower() not in message.lower()]
+    expect(not missing, id, f"the error message {message!r} should {what} (it lacks {missing})")
+
+
+# ----------------------------------------------------------------------------- first dependency
+
+
+LIBRARY_ERRORS = (TypeError, AttributeError, IndexError, RuntimeError, ValueError, KeyError)
+
+
+def learner_call(function_name: str, call, diagnosis: str, advice: str):
+    """Run ``call()``, which uses the learner's ``function_name`` through another function.
+
+    A library error raised because of what ``function_name`` produced is reported as its fault,
+    with ``advice``, instead of the bare library message.
+    """
+    try:
+        return call()
+    except NotImplementedError:
+        raise
+    except LIBRARY_ERRORS as error:
+        diagnose(diagnosis, f"{advice} (it led to {type(error).__name__}: "
+                 f"{str(error).splitlines()[0] if str(error) else ''}); fix {function_name} first")
+
+
+# ----------------------------------------------------------------------------- references
+
+
+_REFERENCE_VALUES: dict = {}
+
+
+def computed_once(key, compute):
+    """``compute()``'s result, computed once per process for each ``key``.
+
+    For expected values that tests derive from the session models (reference forward passes):
+    kept across test files and across the in-process runs of the mistakes check, so each is
+    computed once. Use keys like ``("kafka-scaling", model_name)``.
+    """
+    if key not in _REFERENCE_VALUES:
+        _REFERENCE_VALUES[key] = compute()
+    return _REFERENCE_VALUES[key]
+
+
+def reference_hidden_states(model, input_ids: torch.Tensor) -> torch.Tensor:
+    """``(n_layers + 1, T, d_model)`` float32 CPU: the model's own ``output_hidden_states``."""
+    input_ids = input_ids.to(model.device)
+    with torch.no_grad():
+        outputs = model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
+                        output_hidden_states=True)
+    return torch.stack(outputs.hidden_states)[:, 0].float().cpu()
+
+
+def reference_raw_last_block(model, input_ids: torch.Tensor) -> torch.Tensor:
+    """``(T, d_model)``: the last block's own output (before the final norm), caught by a hook."""
+    caught = []
+
+    def catch(module, inputs, output):
+        caught.append(block_hidden(output))
+
+    handle = kata.blocks(model)[-1].register_forward_hook(catch)
+    try:
+        with torch.no_grad():
+            model(input_ids=input_ids.to(model.device))
+    finally:
+        handle.remove()
+    return caught[0][0].float().cpu()
+
+
+def cosine_matrix(vectors: torch.Tensor) -> torch.Tensor:
+    """(n, d) -> (n, n) with torch's own cosine similarity, by broadcasting row against row."""
+    return F.cosine_similarity(vectors[:, None, :], vectors[None, :, :], dim=-1)
+
+
+def reference_logits(model, input_ids: torch.Tensor) -> torch.Tensor:
+    """The model's logits at every position, ``(T, vocab_size)`` float32 CPU."""
+    with torch.no_grad():
+        return model(input_ids.to(model.device)).logits[0].float().cpu()
+
+
+def reference_log_probs(model, input_ids: torch.Tensor) -> torch.Tensor:
+    """``(vocab_size,)``: log-softmax of the logits at the last position."""
+    return torch.log_softmax(reference_logits(model, input_ids)[-1], dim=-1)
+
+
+def scaled_block_log_probs(model, input_ids, target_id: int, factor: float) -> torch.Tensor:
+    """The scaling experiment the slow way: ``(n_layers,)``, one forward pass per block with that
+    block's output times ``factor``; entry i is the target's log-probability."""
+
+    def scale(module, inputs, output):
+        return with_block_hidden(output, block_hidden(output) * factor)
+
+    values = []
+    for block in kata.blocks(model):
+        handle = block.register_forward_hook(scale, prepend=True)
+        try:
+            values.append(reference_log_probs(model, input_ids)[target_id])
+        finally:
+            handle.remove()
+    return torch.stack(values)
+
+
+# ----------------------------------------------------------------------------- figures
+
+
+def drawn_points(ax, marked_only: bool = False) -> list[np.ndarray]:
+    """Every series of points drawn on ``ax``, one ``(n, 2)`` float array per artist.
+
+    Reads scatter collections (``ax.scatter``) and lines (``ax.plot``, ``plt.plot``) alike, so a
+    test never demands one plotting call. ``marked_only`` keeps only lines drawn with a marker
+    (dots, squares), leaving out plain lines such as a mean line; scatter collections always
+    count as marked. Horizontal/vertical reference lines (``axhline``) are left out.
+    """
+    from matplotlib.collections import PathCollection
+
+    series = []
+    for collection in ax.collections:
+        if isinstance(collection, PathCollection):
+            offsets = np.asarray(collection.get_offsets(), dtype=np.float64).reshape(-1, 2)
+            if len(offsets):
+                series.append(offsets)
+    for line in ax.lines:
+        marker = line.get_marker()
+        if not (marked_only and marker in (None, "None", "none", "", " ")):
+            series += _line_xy(ax, line)
+    return series
+
+
+def _line_xy(ax, line) -> list[np.ndarray]:
+    """``[(n, 2) points]`` of a data line, ``[]`` for an axhline/axvline or an empty line."""
+    if line.get_transform() is not ax.transData:  # axhline/axvline: axes coordinates
+        return []
+    x = np.asarray(line.get_xdata(), dtype=np.float64).ravel()
+    y = np.asarray(line.get_ydata(), dtype=np.float64).ravel()
+    return [np.stack([x, y], axis=1)] if len(x) and len(x) == len(y) else []
+
+
+def line_points(ax) -> list[np.ndarray]:
+    """The lines drawn on ``ax`` with a visible line style (not markers only), as (n, 2)."""
+    return [points for line in ax.lines
+            if line.get_linestyle() not in ("None", "none", "", " ")
+            for points in _line_xy(ax, line)]
+
+
+# ----------------------------------------------------------------------------- fake models
+
+
+class ToyForwardError(Exception):
+    """Raised on purpose by a fake model's forward pass."""
+
+
+class ToyBlock(nn.Module):
+    """A block that returns a tensor ``(1, T, 4)`` or a tuple with it first."""
+
+    def __init__(self, returns_tuple: bool):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+        self.returns_tuple = returns_tuple
+
+    def forward(self, x):
+        y = x + self.linear(x)
+        return (y, None) if self.returns_tuple else y
+
+
+class ToyModel(nn.Module):
+    """Just enough of a GPT-2-shaped model for kata.blocks, kata.final_norm, kata.context_length.
+
+    Its blocks return a tuple (like GPT-2's before transformers 5.3) or a plain tensor (like
+    GPT-2's from 5.3 on and Llama's), whichever transformers version runs the tests.
+    """
+
+    def __init__(self, returns_tuple: bool, fails: bool = False):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            self.config = SimpleNamespace(n_positions=16)
+            self.transformer = nn.Module()
+            self.transformer.wte = nn.Embedding(20, 4)
+            self.transformer.h = nn.ModuleList([ToyBlock(returns_tuple) for _ in range(2)])
+            self.transformer.ln_f = nn.LayerNorm(4)
+        self.fails = fails
+
+    @property
+    def device(self):
+        return self.transformer.wte.weight.device
+
+    def get_input_embeddings(self):
+        return self.transformer.wte
+
+    def forward(self, input_ids=None, attention_mask=None, output_hidden_states=False, **kwargs):
+        if self.fails:
+            raise ToyForwardError("the toy model's forward pass fails on purpose")
+        x = self.transformer.wte(input_ids)
+        hidden_states = [x]
+        for block in self.transformer.h:
+            x = block_hidden(block(x))
+            hidden_states.append(x)
+        hidden_states[-1] = self.transformer.ln_f(x)  # as real models do
+        return SimpleNamespace(
+            logits=hidden_states[-1],  # a real model would unembed; no test reads the logits
+            hidden_states=tuple(hidden_states) if output_hidden_states else None,
+            last_block_output=x,
+        )
+
+
+class TensorBlock(nn.Module):
+    """Stands in for a block that returns a tensor (GPT-2 from transformers 5.3, Llama)."""
+
+    def forward(self, x):
+        return 2 * x
+
+
+class TupleBlock(nn.Module):
+    """Stands in for a block that returns a tuple (GPT-2 up to transformers 5.2)."""
+
+    def __init__(self):
+        super().__init__()
+        self.extra = torch.arange(3.0)  # stands for the tuple's other elements (e.g. a cache)
+
+    def forward(self, x):
+        return (2 * x, self.extra)
+
+
+@pytest.fixture
+def figures():
+    """Figures a test makes, closed when it ends (import it into a test module to use it)."""
+    import matplotlib.pyplot as plt
+
+    made = []
+    yield made
+    for fig in made:
+        plt.close(fig)
