@@ -67,6 +67,12 @@ def parse_args(argv):
                        help="Gradescope results.json (for several submissions: a folder that "
                             "gets <name>.json each)")
     teach.add_argument("--keep", action="store_true", help="keep the temporary sandboxes")
+    teach.add_argument("--no-sandbox", action="store_true",
+                       help="grade submissions without the bwrap sandbox (only where none is "
+                            "available; the reports then say the batch ran unsandboxed)")
+    teach.add_argument("--no-probes", action="store_true",
+                       help="do not check the test reports against the answer probes (for a "
+                            "kata whose exercises are not the shipped ones)")
     return parser.parse_args(argv)
 
 
@@ -74,7 +80,9 @@ def _options(args, batch: bool) -> GradingOptions:
     memory = args.memory_limit
     if memory is None:
         memory = DEFAULT_BATCH_MEMORY_MB if batch else 0
-    return GradingOptions(timeout=args.timeout, memory_limit_mb=memory, keep=args.keep)
+    return GradingOptions(timeout=args.timeout, memory_limit_mb=memory, keep=args.keep,
+                          sandbox=batch and not getattr(args, "no_sandbox", False),
+                          probes=not getattr(args, "no_probes", False))
 
 
 def _write_files(args, results, several: bool = False) -> None:
@@ -122,6 +130,16 @@ def learner_mode(args, root: Path, exercises) -> int:
 
 def instructor_mode(args, root: Path, exercises) -> int:
     options = _options(args, batch=True)
+    if options.sandbox:
+        from .sandbox import sandbox_available
+
+        ok, why = sandbox_available()
+        if not ok:
+            raise SystemExit(
+                f"grader.py: refusing to grade submissions without a sandbox: {why}.\n"
+                "Submitted code could read the solutions, change the tests or the model cache, "
+                "and forge its results. To grade anyway (trusted code only), pass --no-sandbox; "
+                "the reports will say the batch ran unsandboxed.")
     csv = reports.CsvReport(args.csv, exercises) if args.csv else None
     finished = []
     several = len(args.submissions) > 1
@@ -140,7 +158,9 @@ def instructor_mode(args, root: Path, exercises) -> int:
 
     print(f"Grading {len(args.submissions)} submission(s), {args.jobs} at a time, "
           f"{options.timeout:g} s per exercise, memory limit "
-          f"{options.memory_limit_mb or 'none'} MiB", flush=True)
+          f"{options.memory_limit_mb or 'none'} MiB, "
+          f"{'sandboxed (bwrap)' if options.sandbox else 'WITHOUT a sandbox (--no-sandbox)'}",
+          flush=True)
     results = grade_batch(args.submissions, root, exercises, options, args.jobs, on_result)
     if csv:
         csv.close()

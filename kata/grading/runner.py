@@ -312,6 +312,8 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
             process = start_sandboxed(sandbox, command, root, env, work_dir, f"pytest-{n}",
                                       record, {"/tmp/grader/deselect.json": deselect})
         run = _watch(process, _EventReader(record), timeout, exercise_of)
+        if sandbox is not None and run.returncode is not None and 128 < run.returncode < 160:
+            run.returncode = 128 - run.returncode  # bwrap reports a signal death as 128 + N
         run.stderr = tail(work_dir / f"pytest-{n}.err")
         _collect(result, run)
         if run.finished:

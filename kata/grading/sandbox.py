@@ -330,6 +330,8 @@ class Sandbox:
         cgroup = make_cgroup(memory_limit_mb) if use_cgroup else None
         if cgroup is not None:
             caps = cgroup.description
+            if memory_limit_mb:
+                caps += f"; {memory_limit_mb} MiB of address space per process (RLIMIT_AS)"
         else:
             caps = (f"per process: at most {MAX_PROCESSES} processes (RLIMIT_NPROC in the "
                     "sandbox's user namespace; root is not held to it)")
@@ -384,8 +386,9 @@ class Sandbox:
                 memory_limit_mb: int | None = None) -> list[str]:
         """``command`` (its paths already inside: /tmp/kata) wrapped in the sandbox."""
         memory = self.memory_limit_mb if memory_limit_mb is None else memory_limit_mb
-        as_limit = 0 if self.cgroup is not None and self.cgroup.description.count("memory") \
-            else memory * 2**20
+        # The address-space limit stays even under a memory cgroup: one runaway allocation then
+        # fails with a MemoryError the learner can read, instead of a kill.
+        as_limit = memory * 2**20
         nproc = 0 if self.cgroup is not None else MAX_PROCESSES
         python = os.path.join(_real(sys.prefix), "bin", os.path.basename(sys.executable))
         if command and command[0] == sys.executable:
