@@ -8,7 +8,11 @@
   tests skip, with the reason, where GPT-2 is not in the local cache; a missing SmolLM2 is an
   error that gives the install command.
 * After every test, any forward hook a test left on a session model is removed and reported, so
-  one leaked hook cannot change the results of the tests after it.
+  one leaked hook cannot change the results of the tests after it. The same holds for global
+  module hooks (``torch.nn.modules.module.register_module_forward_hook``), and the process-wide
+  state an exercise file can change (default dtype, torch threads, grad mode, working folder,
+  environment variables) is put back after every test, so one exercise cannot cost points in
+  another that runs after it in the same process.
 """
 
 from __future__ import annotations
@@ -138,5 +142,87 @@ def _no_hook_survives_a_test():
             "a forward hook was still registered on the model after this test "
             f"({', '.join(sorted(set(leaks)))}): every hook you register must be removed, "
             "with handle.remove() in a finally block. kata removed it for the next tests.",
+            pytrace=False,
+        )
+
+
+# --------------------------------------------------------------------------- process-wide state
+
+_GLOBAL_HOOK_DICTS = ("_global_forward_hooks", "_global_forward_pre_hooks",
+                      "_global_backward_hooks", "_global_backward_pre_hooks",
+                      "_global_forward_hooks_always_called", "_global_forward_hooks_with_kwargs",
+                      "_global_buffer_registration_hooks", "_global_module_registration_hooks",
+                      "_global_parameter_registration_hooks")
+
+
+def _global_hooks() -> dict[str, set]:
+    from torch.nn.modules import module as nn_module
+
+    found = {}
+    for name in _GLOBAL_HOOK_DICTS:
+        hooks = getattr(nn_module, name, None)
+        if hooks:
+            found[name] = set(hooks)
+    return found
+
+
+def _process_state() -> dict:
+    return {"dtype": torch.get_default_dtype(), "threads": torch.get_num_threads(),
+            "grad": torch.is_grad_enabled(), "cwd": os.getcwd(), "environ": _environ(),
+            "hooks": _global_hooks()}
+
+
+_BASELINE: dict = {}
+
+
+def _environ() -> dict:
+    return {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+
+
+def _restore_process_state(baseline: dict) -> list[str]:
+    """Put the process-wide state back; return the global hooks that had to be removed."""
+    from torch.nn.modules import module as nn_module
+
+    torch.set_default_dtype(baseline["dtype"])
+    if torch.get_num_threads() != baseline["threads"]:
+        torch.set_num_threads(baseline["threads"])
+    torch.set_grad_enabled(baseline["grad"])
+    try:
+        if os.getcwd() != baseline["cwd"]:
+            os.chdir(baseline["cwd"])
+    except OSError:
+        os.chdir(baseline["cwd"])
+    if _environ() != baseline["environ"]:
+        current = os.environ.get("PYTEST_CURRENT_TEST")
+        os.environ.clear()
+        os.environ.update(baseline["environ"])
+        if current is not None:
+            os.environ["PYTEST_CURRENT_TEST"] = current
+    removed = []
+    for name in _GLOBAL_HOOK_DICTS:
+        hooks = getattr(nn_module, name, None)
+        if not hooks:
+            continue
+        keep = baseline["hooks"].get(name, set())
+        for key in [k for k in hooks if k not in keep]:
+            del hooks[key]
+            removed.append(name.removeprefix("_global_").replace("_", " "))
+    return removed
+
+
+@pytest.fixture(autouse=True)
+def _process_state_survives_no_test():
+    """Restore the process-wide state after every test; report a global module hook left on."""
+    if not _BASELINE:
+        _BASELINE.update(_process_state())
+    yield
+    removed = _restore_process_state(_BASELINE)
+    if removed:
+        pytest.fail(
+            "a global module hook was still registered after this test "
+            f"({', '.join(sorted(set(removed)))}, from torch.nn.modules.module."
+            "register_module_forward_hook or similar): it runs on every module of every model, "
+            "so it changes every result after it. Register hooks on the one block you need and "
+            "remove them in a finally block. kata removed it for the next tests.",
             pytrace=False,
         )
