@@ -26,7 +26,7 @@ import torch
 from .hooks import hook_snapshot, restore_hooks
 from .impl import import_implementation, patched_solution
 from .manifest import IMPLEMENTATIONS, exercise_for_test_file
-from .models import GPT2_DOWNLOAD_COMMAND, gpt2_is_cached, load_model
+from .models import GPT2_DOWNLOAD_COMMAND, EnvironmentFault, gpt2_is_cached, load_model
 
 # name -> (model, tokenizer, hook snapshot taken right after loading)
 _SESSION_MODELS: dict[str, tuple] = {}
@@ -96,7 +96,13 @@ def ex(request, impl):
 
 def _session_model(name: str):
     if name not in _SESSION_MODELS:
-        model, tokenizer = load_model(name)
+        try:
+            model, tokenizer = load_model(name)
+        except EnvironmentFault:
+            raise
+        except Exception as error:  # a broken cache or device is the machine's fault
+            raise EnvironmentFault(
+                f"loading the model {name} failed: {type(error).__name__}: {error}") from error
         # One forward pass with hidden states before any test runs: transformers 5 installs its
         # own hidden-state hooks on first use, and they belong to the model's clean state.
         ids = tokenizer("Hello there", return_tensors="pt")["input_ids"].to(model.device)

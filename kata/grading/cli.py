@@ -70,6 +70,9 @@ def parse_args(argv):
     teach.add_argument("--no-sandbox", action="store_true",
                        help="grade submissions without the bwrap sandbox (only where none is "
                             "available; the reports then say the batch ran unsandboxed)")
+    teach.add_argument("--canary", action="store_true",
+                       help="grade the reference solutions once, in the sandbox, before the "
+                            "batch; stop unless they get full marks")
     teach.add_argument("--no-probes", action="store_true",
                        help="do not check the test reports against the answer probes (for a "
                             "kata whose exercises are not the shipped ones)")
@@ -94,6 +97,16 @@ def _write_files(args, results, several: bool = False) -> None:
             reports.write_atomically(path, reports.gradescope_results(result))
 
 
+def _environment_ok(quick: bool) -> bool:
+    """Run the preflight checks; print every problem found (they are not the learner's)."""
+    from .preflight import preflight
+
+    problems = preflight(quick=quick)
+    for problem in problems:
+        print(f"grader.py: environment problem (not your code): {problem}", file=sys.stderr)
+    return not problems
+
+
 def learner_mode(args, root: Path, exercises) -> int:
     if args.hint:
         print(learner.reveal_next_hint(root, learner.find_exercise(exercises, args.hint)))
@@ -103,6 +116,8 @@ def learner_mode(args, root: Path, exercises) -> int:
 
         return watch(root, exercises, args.impl)
     options = _options(args, batch=False)
+    if not _environment_ok(quick=True):
+        return 2
     prepare_shared_model_cache()
 
     def grade_once() -> int:
@@ -140,6 +155,18 @@ def instructor_mode(args, root: Path, exercises) -> int:
                 "Submitted code could read the solutions, change the tests or the model cache, "
                 "and forge its results. To grade anyway (trusted code only), pass --no-sandbox; "
                 "the reports will say the batch ran unsandboxed.")
+    if not _environment_ok(quick=False):
+        return 2
+    if getattr(args, "canary", False):
+        from .preflight import canary
+
+        print("Canary: grading the reference solutions first ...", flush=True)
+        prepare_shared_model_cache()
+        ok, why = canary(root, exercises, options)
+        print(f"Canary: {why}", flush=True)
+        if not ok:
+            print("grader.py: stopping before any submission is graded.", file=sys.stderr)
+            return 2
     csv = reports.CsvReport(args.csv, exercises) if args.csv else None
     finished = []
     several = len(args.submissions) > 1
