@@ -2,13 +2,16 @@
 
 Each test (and probe) process of a submission runs under ``bwrap``:
 
-* the whole system is visible **read-only** (``--ro-bind / /``), with a new ``/dev`` and a
-  ``/proc`` that shows only the sandbox's own processes;
-* **hidden** (an empty, read-only folder mounted over them): the instructor's home, the
-  instructor's kata folder (so ``solutions/``), the folder the editable install points to, the
-  batch's work folder (other submissions' copies), every submission given to the batch and the
-  folders holding them. What Python and the tests need is then bound back, read-only: the
-  interpreter, the virtual environment, the converted model cache and the Hugging Face cache;
+* the system's folders (:data:`SYSTEM_FOLDERS`: ``/usr``, ``/etc``, ``/opt`` ...) are visible
+  **read-only**, with a new ``/dev`` and a ``/proc`` that shows only the sandbox's own
+  processes; nothing else of the machine is there (no home folders, no ``/work`` or ``/srv``,
+  so no other copy of the kata and its ``solutions/``);
+* what Python and the tests need is bound in, read-only: the interpreter, the virtual
+  environment, the converted model cache and the Hugging Face cache;
+* **hidden** (an empty, read-only folder mounted over them) where they would otherwise show
+  through one of those: the instructor's home, the instructor's kata folder (so
+  ``solutions/``), the folder the editable install points to, the batch's work folder (other
+  submissions' copies), every submission given to the batch and the folders holding them;
 * the **only writable place** is a private ``/tmp`` (a tmpfs capped at :data:`TMP_MB` MiB, also
   ``/dev/shm``), where the submission's copy of the kata sits, read-only, at ``/tmp/kata``;
 * ``--unshare-all``: no network, its own PID namespace (whatever it starts, a ``setsid``
@@ -53,6 +56,10 @@ PASSED_VARIABLES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
 PASSED_PREFIXES = ("KATA_", "OMP_", "MKL_", "OPENBLAS_", "HF_", "TRANSFORMERS_", "TORCH_",
                    "PYTEST_DISABLE", "PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED", "MPLBACKEND",
                    "CUDA_", "NVIDIA_")
+#: The machine's folders the sandbox sees (read-only); everything else (home folders, /work,
+#: /srv, /mnt, other copies of the kata) is absent unless the kata needs it.
+SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
+                  "/var/lib", "/sys")
 _SYSTEM_DIRS = {"/", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/proc", "/dev", "/sys",
                 "/run", "/var", "/opt", "/tmp"}
 
@@ -347,21 +354,28 @@ class Sandbox:
             self.cgroup = None
 
     def mounts(self, kata_copy: Path, inputs: dict[str, Path]) -> list[str]:
-        """bwrap's arguments: read-only system, hidden folders, needed folders back, /tmp."""
-        args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+        """bwrap's arguments: the system's folders read-only, hidden folders, what the kata
+        needs bound back read-only, the private /tmp; nothing else of the machine."""
+        args = ["--dev", "/dev", "--proc", "/proc",
                 "--size", str(TMP_MB * 2**20), "--tmpfs", "/tmp",
                 "--size", str(TMP_MB * 2**20), "--tmpfs", "/dev/shm"]
+        for folder in SYSTEM_FOLDERS:
+            if os.path.islink(folder):
+                args += ["--symlink", os.readlink(folder), folder]
+            elif os.path.isdir(folder):
+                args += ["--ro-bind", folder, folder]
+        visible = [f for f in SYSTEM_FOLDERS if os.path.isdir(f) and not os.path.islink(f)]
         hides = []
         for path in sorted(self.hidden, key=lambda p: (p.count("/"), p)):
-            if _under(path, "/tmp") or any(_under(path, h) for h in hides):
-                continue  # already hidden
+            if not any(_under(path, v) for v in visible) or any(_under(path, h) for h in hides):
+                continue  # not visible anyway, or already hidden
             hides.append(path)
             if os.path.isdir(path):
                 args += ["--perms", "0755", "--tmpfs", path]
             else:
                 args += ["--ro-bind", "/dev/null", path]
         for path in _needed_paths() + self.extra_ro:
-            if any(_under(path, h) for h in hides) or _under(path, "/tmp"):
+            if not any(_under(path, v) for v in visible) or any(_under(path, h) for h in hides):
                 args += ["--ro-bind", path, path]
         args += ["--ro-bind", _real(kata_copy), INSIDE_ROOT]
         for inside, outside in inputs.items():
@@ -369,7 +383,7 @@ class Sandbox:
         for path in hides:
             if os.path.isdir(path):
                 args += ["--remount-ro", path]
-        return args
+        return args + ["--remount-ro", "/"]
 
     def environment(self, env: dict[str, str]) -> dict[str, str]:
         from kata.models import cache_dir
