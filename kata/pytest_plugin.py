@@ -55,6 +55,8 @@ def pytest_configure(config):
     # runs torch with one thread per core; KATA_TORCH_THREADS=1 keeps each to one.
     if os.environ.get("KATA_TORCH_THREADS"):
         torch.set_num_threads(int(os.environ["KATA_TORCH_THREADS"]))
+    _BASELINE.clear()
+    _BASELINE.update(_process_state())  # before any test file or exercise file is imported
 
 
 def pytest_report_header(config):

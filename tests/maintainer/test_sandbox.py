@@ -228,10 +228,17 @@ def _row(batch, name):
 
 @needs_sandbox
 def test_honest_submissions_keep_full_marks(batch):
-    for name in ("0-honest", f"{len(KINDS) - 1}-honest", "2-writes", "6-state"):
+    for name in ("0-honest", f"{len(KINDS) - 1}-honest", "2-writes"):
         row = _row(batch, name)
         assert row.status is Status.DONE and row.points == row.max_points, (name, row.message)
     print(f"graded {len(KINDS)} submissions in {batch['seconds']:.1f} s")
+
+
+@needs_sandbox
+def test_a_global_module_hook_is_reported_and_costs_only_its_own_exercise(batch):
+    row = _row(batch, "6-state")
+    assert row.status is Status.IN_PROGRESS and "global module hook" in row.message
+    assert 0 < row.points < row.max_points  # the first test it spoiled, no more
 
 
 @needs_sandbox
@@ -277,12 +284,13 @@ def test_batch_refuses_without_a_sandbox(monkeypatch, tmp_path, capsys):
     from kata.grading import cli, sandbox
 
     monkeypatch.setattr(sandbox, "sandbox_available", lambda: (False, "no bwrap on this test"))
-    with pytest.raises(SystemExit, match="no bwrap on this test.*--no-sandbox"):
+    with pytest.raises(SystemExit, match="(?s)no bwrap on this test.*--no-sandbox"):
         cli.main(["--submissions", str(tmp_path)], root=REPO)
 
 
 def test_process_state_does_not_leak_between_test_files(tmp_path):
     (tmp_path / "conftest.py").write_text('pytest_plugins = ["kata.pytest_plugin"]\n')
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
     (tmp_path / "test_a.py").write_text(STATE + "\n\ndef test_a():\n    pass\n")
     (tmp_path / "test_b.py").write_text(textwrap.dedent('''
         import torch
@@ -295,7 +303,7 @@ def test_process_state_does_not_leak_between_test_files(tmp_path):
     '''))
     done = subprocess.run(
         [sys.executable, "-m", "pytest", str(tmp_path), "-q", "-p", "no:cacheprovider",
-         "-c", str(tmp_path / "conftest.py"), "--rootdir", str(tmp_path)],
+         "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path)],
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
         env={**os.environ, "PYTHONPATH": str(REPO), "KATA_TORCH_THREADS": "1"})
     # test_a's module-level hook is found after its test and removed; test_b sees a clean process
@@ -329,7 +337,7 @@ def test_a_corrupt_model_cache_is_found_by_its_checksums(monkeypatch, tmp_path):
     assert models.verify_checksums(target, quick=True) == []  # same size: only the full check
     with pytest.raises(models.ModelCacheCorrupt, match="model.safetensors has changed"):
         models.check_smollm2_cache(repair=False)
-    (target / "config.json").write_text('{"num_hidden_layers": 29}')
+    (target / "config.json").write_text('{"num_hidden_layers": 3}')  # truncated
     assert any("config.json" in p for p in models.verify_checksums(target, quick=True))
 
 
