@@ -67,6 +67,15 @@ def parse_args(argv):
                        help="Gradescope results.json (for several submissions: a folder that "
                             "gets <name>.json each)")
     teach.add_argument("--keep", action="store_true", help="keep the temporary sandboxes")
+    teach.add_argument("--no-sandbox", action="store_true",
+                       help="grade submissions without the bwrap sandbox (only where none is "
+                            "available; the reports then say the batch ran unsandboxed)")
+    teach.add_argument("--canary", action="store_true",
+                       help="grade the reference solutions once, in the sandbox, before the "
+                            "batch; stop unless they get full marks")
+    teach.add_argument("--no-probes", action="store_true",
+                       help="do not check the test reports against the answer probes (for a "
+                            "kata whose exercises are not the shipped ones)")
     return parser.parse_args(argv)
 
 
@@ -74,7 +83,9 @@ def _options(args, batch: bool) -> GradingOptions:
     memory = args.memory_limit
     if memory is None:
         memory = DEFAULT_BATCH_MEMORY_MB if batch else 0
-    return GradingOptions(timeout=args.timeout, memory_limit_mb=memory, keep=args.keep)
+    return GradingOptions(timeout=args.timeout, memory_limit_mb=memory, keep=args.keep,
+                          sandbox=batch and not getattr(args, "no_sandbox", False),
+                          probes=not getattr(args, "no_probes", False))
 
 
 def _write_files(args, results, several: bool = False) -> None:
@@ -86,6 +97,16 @@ def _write_files(args, results, several: bool = False) -> None:
             reports.write_atomically(path, reports.gradescope_results(result))
 
 
+def _environment_ok(quick: bool) -> bool:
+    """Run the preflight checks; print every problem found (they are not the learner's)."""
+    from .preflight import preflight
+
+    problems = preflight(quick=quick)
+    for problem in problems:
+        print(f"grader.py: environment problem (not your code): {problem}", file=sys.stderr)
+    return not problems
+
+
 def learner_mode(args, root: Path, exercises) -> int:
     if args.hint:
         print(learner.reveal_next_hint(root, learner.find_exercise(exercises, args.hint)))
@@ -95,6 +116,8 @@ def learner_mode(args, root: Path, exercises) -> int:
 
         return watch(root, exercises, args.impl)
     options = _options(args, batch=False)
+    if not _environment_ok(quick=True):
+        return 2
     prepare_shared_model_cache()
 
     def grade_once() -> int:
@@ -122,6 +145,28 @@ def learner_mode(args, root: Path, exercises) -> int:
 
 def instructor_mode(args, root: Path, exercises) -> int:
     options = _options(args, batch=True)
+    if options.sandbox:
+        from .sandbox import sandbox_available
+
+        ok, why = sandbox_available()
+        if not ok:
+            raise SystemExit(
+                f"grader.py: refusing to grade submissions without a sandbox: {why}.\n"
+                "Submitted code could read the solutions, change the tests or the model cache, "
+                "and forge its results. To grade anyway (trusted code only), pass --no-sandbox; "
+                "the reports will say the batch ran unsandboxed.")
+    if not _environment_ok(quick=False):
+        return 2
+    if getattr(args, "canary", False):
+        from .preflight import canary
+
+        print("Canary: grading the reference solutions first ...", flush=True)
+        prepare_shared_model_cache()
+        ok, why = canary(root, exercises, options)
+        print(f"Canary: {why}", flush=True)
+        if not ok:
+            print("grader.py: stopping before any submission is graded.", file=sys.stderr)
+            return 2
     csv = reports.CsvReport(args.csv, exercises) if args.csv else None
     finished = []
     several = len(args.submissions) > 1
@@ -140,7 +185,9 @@ def instructor_mode(args, root: Path, exercises) -> int:
 
     print(f"Grading {len(args.submissions)} submission(s), {args.jobs} at a time, "
           f"{options.timeout:g} s per exercise, memory limit "
-          f"{options.memory_limit_mb or 'none'} MiB", flush=True)
+          f"{options.memory_limit_mb or 'none'} MiB, "
+          f"{'sandboxed (bwrap)' if options.sandbox else 'WITHOUT a sandbox (--no-sandbox)'}",
+          flush=True)
     results = grade_batch(args.submissions, root, exercises, options, args.jobs, on_result)
     if csv:
         csv.close()

@@ -38,8 +38,11 @@ def environment(result: SubmissionResult | None = None) -> dict:
 
 def describe_environment(info: dict) -> str:
     models = ", ".join(info.get("models") or []) or "none loaded"
-    return (f"torch {info['torch']}, transformers {info['transformers']}, "
+    text = (f"torch {info['torch']}, transformers {info['transformers']}, "
             f"{info['device']}; models: {models}")
+    if info.get("sandbox"):
+        text += f"; sandbox: {info['sandbox']}"
+    return text
 
 
 def _points(value: float) -> str:
@@ -156,7 +159,8 @@ def csv_header(exercises) -> list[str]:
     columns = ["name"]
     for exercise in exercises:
         columns += [f"{exercise.id}_points", f"{exercise.id}_status"]
-    return columns + ["total", "max", "all_done", "seconds", "main", "bonus", "bonus_max"]
+    return columns + ["total", "max", "all_done", "seconds", "main", "bonus", "bonus_max",
+                      "sandbox"]
 
 
 def csv_row(result: SubmissionResult) -> list:
@@ -165,7 +169,8 @@ def csv_row(result: SubmissionResult) -> list:
         row += [_points(r.points), r.status.value]
     return row + [_points(result.points), _points(result.max_points), result.all_done,
                   f"{result.seconds:.1f}", _points(result.main_points),
-                  _points(result.bonus_points), _points(result.max_bonus_points)]
+                  _points(result.bonus_points), _points(result.max_bonus_points),
+                  result.environment.get("sandbox", "")]
 
 
 class CsvReport:
@@ -221,10 +226,11 @@ def gradescope_results(result: SubmissionResult) -> dict:
         for number, test in enumerate(row.counted, start=1):
             entry = {
                 "name": f"{label}: {test.name}", "number": f"{exercise.number}.{number}",
-                "score": round(share if test.passed else 0.0, 4),
+                "score": round(share if test.passed and not row.void else 0.0, 4),
                 "max_score": 0.0 if exercise.bonus else round(share, 4),
-                "status": "passed" if test.passed else "failed",
-                "output": test.message or test.outcome.value,
+                "status": "passed" if test.passed and not row.void else "failed",
+                "output": (f"{row.status}: {row.message}" if row.void
+                           else test.message or test.outcome.value),
                 "visibility": "visible",
             }
             if test.diagnosis:
