@@ -1,3 +1,6 @@
+# Your exercise file: replace each `raise NotImplementedError` with your code.
+# Generated from solutions/ex1_hidden_states.py by `python -m kata.stubs`.
+# (Maintainers: edit the solution and regenerate, not this file.)
 """Exercise 1: extracting and inspecting hidden states.
 
 Follows the post's "Python demo 1: Inspecting hidden states" and its figure 6.

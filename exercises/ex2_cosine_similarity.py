@@ -1,3 +1,6 @@
+# Your exercise file: replace each `raise NotImplementedError` with your code.
+# Generated from solutions/ex2_cosine_similarity.py by `python -m kata.stubs`.
+# (Maintainers: edit the solution and regenerate, not this file.)
 """Exercise 2: cosine similarities within and across layers.
 
 A hidden state is one vector per token per layer. Cosine similarity compares two vectors by

@@ -1,3 +1,6 @@
+# Your exercise file: replace each `raise NotImplementedError` with your code.
+# Generated from solutions/ex4_fast_scaling.py by `python -m kata.stubs`.
+# (Maintainers: edit the solution and regenerate, not this file.)
 """Exercise 4 (bonus): the scaling experiment in one forward pass.
 
 Post: "Python demo 3: Manipulating hidden states" (figure 11), made fast.
@@ -57,9 +60,7 @@ def fast_scaling_experiment(model, input_ids, target_id, factor=0.8):
     raise NotImplementedError
 
 
-# Already written for you: the input checks every entry point of the kata makes.
-
-
+# Given: the input checks every entry point of the kata makes (already written for you).
 def _one_sequence(model, input_ids):
     """``input_ids`` as ``(1, T)`` on the model's device, checked against the context length."""
     input_ids = torch.as_tensor(input_ids)

@@ -85,6 +85,7 @@ def _append_scaled_clean_row(factor):
     return hook
 
 
+# Given: the input checks every entry point of the kata makes (already written for you).
 def _one_sequence(model, input_ids):
     """``input_ids`` as ``(1, T)`` on the model's device, checked against the context length."""
     input_ids = torch.as_tensor(input_ids)

@@ -32,10 +32,7 @@ def test_manifest_entry_matches_its_files(exercise):
             f"{exercise.id}.{name}: the stub's signature differs from the solution's"
         )
         assert getattr(stub, name).__doc__, f"the stub {exercise.id}.{name} has no docstring"
-        assert getattr(stub, name).__doc__ == getattr(solution, name).__doc__, (
-            f"{exercise.id}.{name}: the stub's docstring and the solution's have drifted apart"
-        )
-    assert stub.__doc__ == solution.__doc__, f"{exercise.id}: module docstrings differ"
+    # The stubs are generated from the solutions: tests/maintainer/test_stubs.py checks they are fresh.
 
 
 @pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.id)
