@@ -280,12 +280,13 @@ def batch(args, root: Path, exercises) -> int:
 def reset(args, root: Path, exercises) -> int:
     exercise = learner.find_exercise(exercises, args.exercise)
     target = exercise.source()
-    if not args.yes:
+    if not args.yes and not learner.is_untouched(root, exercise):
         question = (f"Replace {target} with the untouched stub? Your version is kept in "
                     f"{learner.BACKUP_DIR}/. [y/N] ")
         try:
             answer = input(question)
         except EOFError:
+            print()
             answer = ""
         if answer.strip().lower() not in ("y", "yes"):
             print("Nothing changed.")

@@ -158,6 +158,18 @@ def reset_hints(root: Path, exercise: Exercise) -> None:
 # --------------------------------------------------------------------------- reset
 
 
+def is_untouched(root: Path, exercise: Exercise) -> bool:
+    """Whether the learner's file is exactly the stub its solution gives (False if unknown)."""
+    from kata import stubs
+
+    root = Path(root)
+    solution, target = root / exercise.source("solutions"), root / exercise.source()
+    try:
+        return target.read_text(encoding="utf-8") == stubs.generate(solution, root)
+    except (OSError, ValueError, SyntaxError):
+        return False
+
+
 def restore_stub(root: Path, exercise: Exercise) -> tuple[Path, Path | None]:
     """Write the untouched stub of ``exercise`` (generated from its solution) over the learner's
     file, keeping that file in ``exercises/.backup/``; resets the exercise's hint levels.
