@@ -8,7 +8,8 @@ Each exercise is written once, as its solution; ``python -m kata.stubs`` derives
   ``raise NotImplementedError``;
 - a private helper (name starting with ``_``) is dropped, unless the line directly above its
   ``def`` (or its first decorator) is a comment starting ``# Given:``: then the comment and the
-  helper are copied whole, since the learner is meant to call it;
+  helper are copied whole, since the learner is meant to call it (a public function or class
+  marked the same way is copied whole too);
 - free-standing comments (section headers) are copied; a comment directly above a dropped helper
   goes with it.
 
