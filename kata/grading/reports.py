@@ -15,6 +15,7 @@ import platform
 import tempfile
 from pathlib import Path
 
+from .learner import function_of
 from .records import Outcome, Status, SubmissionResult
 
 BAR_WIDTH = 30
@@ -95,19 +96,22 @@ def _indent(text: str, prefix: str = "    ", lines: int = MESSAGE_LINES) -> str:
     return "\n".join(prefix + line for line in kept[:lines] + more)
 
 
-def next_step(result: SubmissionResult, hint_levels: dict[str, int],
+def next_step(result: SubmissionResult, hint_levels: dict[str, dict[str, int]],
               impl: str = "exercises") -> str:
-    """Under the table: the first unfinished exercise, its first failing test, and a hint."""
+    """Under the table: the first unfinished exercise, its first failing test, and a hint for the
+    function that test is about (at the level the learner has reached with ``grader.py hint``)."""
     row = result.first_unfinished()
     if row is None:
         return ("All exercises are done. See your results as the post's figures:\n"
-                "    python grader.py --figures figures")
+                "    python grader.py figures figures")
     exercise = row.exercise
     lines = [f"Next: {exercise.id} {exercise.title} (edit {exercise.source(impl)})",
              f"  post: {exercise.post}"]
     failure = row.first_failure()
+    function = None
     if row.status is Status.NOT_STARTED:
-        lines.append(f"  start with {exercise.functions[0]}(): every function still raises "
+        function = exercise.functions[0]
+        lines.append(f"  start with {function}(): every function still raises "
                      "NotImplementedError.")
     elif row.status in (Status.ERROR, Status.MISSING) or failure is None:
         lines.append(f"  {row.status}:")
@@ -115,15 +119,18 @@ def next_step(result: SubmissionResult, hint_levels: dict[str, int],
     else:
         lines.append(f"  first failing test: {failure.name} ({exercise.tests})")
         lines.append(_indent(failure.message or failure.outcome))
-    if exercise.hints:
-        level = max(1, min(hint_levels.get(exercise.id, 0), len(exercise.hints)))
-        lines.append(f"  hint {level} of {len(exercise.hints)}: {exercise.hints[level - 1]}")
-        if level < len(exercise.hints):
-            lines.append(f"  more help: python grader.py --hint {exercise.number}")
+        function = function_of(exercise, failure.name, failure.function)
+    hints = exercise.hints_for(function) if function else ()
+    if hints:
+        seen = hint_levels.get(exercise.id, {})
+        level = max(1, min(seen.get(function, 0) if isinstance(seen, dict) else 0, len(hints)))
+        lines.append(f"  {function}() hint {level} of {len(hints)}: {hints[level - 1]}")
+        if level < len(hints):
+            lines.append(f"  more help: python grader.py hint {exercise.number}")
     return "\n".join(lines)
 
 
-def learner_report(result: SubmissionResult, hint_levels: dict[str, int], title: str,
+def learner_report(result: SubmissionResult, hint_levels: dict[str, dict[str, int]], title: str,
                    impl: str = "exercises") -> str:
     return "\n".join([f"{title}  ({describe_environment(environment(result))})", "",
                       exercise_table(result), "", next_step(result, hint_levels, impl)])
