@@ -138,6 +138,11 @@ def _failures(result: SubmissionResult) -> list[tuple[str, TestRecord]]:
     return [(row.exercise.id, t) for row in result.exercises for t in row.counted if not t.passed]
 
 
+def _unfinished(result: SubmissionResult) -> bool:
+    """Whether the learner has something to see in the failures section."""
+    return any(not row.done for row in result.exercises) or bool(_failures(result))
+
+
 def summarize_class(results: Sequence[SubmissionResult],
                     exercises: Sequence[Exercise]) -> ClassSummary:
     """The class's numbers: what :func:`render_class_report` draws."""
@@ -381,7 +386,7 @@ def _learners_table(results: Sequence[SubmissionResult], exercises: Sequence[Exe
             if e.id in by_id else "<td></td>" for e in exercises)
         failures = len(_failures(result))
         link = (f'<a href="#{anchor}">{failures} failure{"s" if failures != 1 else ""}</a>'
-                if failures or not result.all_done else "none")
+                if _unfinished(result) else "none")
         rows.append(f'<tr class="learner" data-name="{_e(result.name)}" '
                     f'data-main="{_n(result.main_points)}" data-bonus="{_n(result.bonus_points)}" '
                     f'data-points="{_n(result.points)}" data-all-done="{result.all_done}">'
@@ -395,7 +400,7 @@ def _learners_table(results: Sequence[SubmissionResult], exercises: Sequence[Exe
 def _learner_sections(results: Sequence[SubmissionResult]) -> str:
     sections = []
     for index, result in enumerate(results):
-        if result.all_done and not _failures(result):
+        if not _unfinished(result):
             continue
         anchor = learner_anchor(index, result.name)
         items = []

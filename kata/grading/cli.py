@@ -67,6 +67,9 @@ def parse_args(argv):
                        help="Gradescope results.json (for several submissions: a folder that "
                             "gets <name>.json each)")
     teach.add_argument("--keep", action="store_true", help="keep the temporary sandboxes")
+    # --- class report hook (kata.grading.class_report) -----------------------------------
+    teach.add_argument("--report", type=Path, metavar="FILE",
+                       help="a self-contained HTML class report, rewritten after each submission")
     return parser.parse_args(argv)
 
 
@@ -126,9 +129,20 @@ def instructor_mode(args, root: Path, exercises) -> int:
     finished = []
     several = len(args.submissions) > 1
     started = time.monotonic()
+    # --- class report hook (kata.grading.class_report) -----------------------------------
+    class_report = None
+    if args.report:
+        from .class_report import ClassReport
+
+        class_report = ClassReport(args.report, exercises, expected=len(args.submissions))
 
     def on_result(result):
         finished.append(result)
+        if class_report:
+            try:
+                class_report.add(result)
+            except OSError as error:
+                print(f"could not write the class report: {error}", file=sys.stderr)
         print(f"[{len(finished)}/{len(args.submissions)}] {result.name}: "
               f"{reports.score(result)} ({result.seconds:.1f} s)", flush=True)
         try:
@@ -145,6 +159,8 @@ def instructor_mode(args, root: Path, exercises) -> int:
     if csv:
         csv.close()
     _write_files(args, results, several)  # the final files list submissions in the order given
+    if class_report:
+        class_report.finish(results)
     print()
     print(reports.batch_table(results))
     print(f"\n{len(results)} submission(s) graded in {time.monotonic() - started:.1f} s "
