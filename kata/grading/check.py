@@ -44,7 +44,9 @@ def check_exercise(number: int | str, root: Path | None = None, impl: str = "exe
     result = grade_exercise(number, root, impl, timeout)
     row = result.exercises[0]
     if not quiet:
-        print(reports.exercise_table(result))
+        skipped = f", {row.skipped} skipped" if row.skipped else ""
+        print(f"{row.exercise.id} {row.exercise.title}: {row.status}, {row.passed}/{row.total} "
+              f"tests pass{skipped}, {row.points:g}/{row.max_points:g} points")
         print()
         if row.done:
             print(f"{row.exercise.id} is done: {row.passed}/{row.total} tests pass.")

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from kata.manifest import Exercise
 
-from .records import Outcome, Status, SubmissionResult, TestRecord
+from .records import Status, SubmissionResult, TestRecord
 
 __all__ = ["ClassReport", "ClassSummary", "DiagnosisCount", "TestPassRate", "render_class_report",
            "summarize_class", "write_class_report"]
@@ -385,8 +385,10 @@ def _learners_table(results: Sequence[SubmissionResult], exercises: Sequence[Exe
             f"{_status_cell(by_id[e.id].status)} {_n(by_id[e.id].points)}</td>"
             if e.id in by_id else "<td></td>" for e in exercises)
         failures = len(_failures(result))
-        link = (f'<a href="#{anchor}">{failures} failure{"s" if failures != 1 else ""}</a>'
-                if _unfinished(result) else "none")
+        unfinished = sum(not row.done for row in result.exercises)
+        text = (f"{failures} failing test{'s' if failures != 1 else ''}" if failures
+                else f"{unfinished} not done")
+        link = f'<a href="#{anchor}">{text}</a>' if _unfinished(result) else "none"
         rows.append(f'<tr class="learner" data-name="{_e(result.name)}" '
                     f'data-main="{_n(result.main_points)}" data-bonus="{_n(result.bonus_points)}" '
                     f'data-points="{_n(result.points)}" data-all-done="{result.all_done}">'
@@ -410,14 +412,21 @@ def _learner_sections(results: Sequence[SubmissionResult]) -> str:
                 continue
             items.append(f"<tr><td>{_e(row.exercise.id)}</td><td colspan=\"3\">"
                          f"{_status_cell(row.status)} {_e(_short(row.message, 300))}</td></tr>")
+            stubs = [t for t in failures if t.stub]
             for test in failures:
-                what = (f"stub: {test.function}()" if test.stub and test.function
-                        else "stub" if test.stub else test.outcome.value)
+                if test.stub:
+                    continue
                 diagnosis = f"<code>{_e(test.diagnosis)}</code>" if test.diagnosis else ""
                 items.append(f'<tr class="failure" data-nodeid="{_e(test.nodeid)}"><td></td>'
-                             f"<td>{_e(test.name)}<br><span class=\"muted\">{_e(what)}</span>"
-                             f"</td><td>{diagnosis}</td>"
+                             f"<td>{_e(test.name)}<br><span class=\"muted\">"
+                             f"{_e(test.outcome.value)}</span></td><td>{diagnosis}</td>"
                              f"<td><pre>{_e(_short(test.message))}</pre></td></tr>")
+            if stubs:  # one line for all the tests that reached an untouched stub
+                functions = list(dict.fromkeys(t.function or "?" for t in stubs))
+                items.append(f'<tr class="stubs" data-stubs="{len(stubs)}"><td></td>'
+                             f'<td colspan="3">{len(stubs)} test{"s" if len(stubs) != 1 else ""}'
+                             " reached untouched stubs: "
+                             f"{_e(', '.join(f + '()' for f in functions))}</td></tr>")
         sections.append(f'<section class="learner-failures" id="{anchor}" '
                         f'data-name="{_e(result.name)}"><h3>{_e(result.name)}: '
                         f'{_n(result.main_points)}/{_n(result.max_points)}</h3>'

@@ -31,7 +31,7 @@ import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from kata.manifest import Exercise, load_manifest
+from kata.manifest import load_manifest
 from kata.models import SMOLLM2_PACKAGE
 
 from . import reports
