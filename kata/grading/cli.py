@@ -25,7 +25,8 @@ from .submissions import GradingOptions, grade_batch, grade_in_place, prepare_sh
 
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_BATCH_MEMORY_MB = 4096
-COMMANDS = ("status", "hint", "watch", "figures", "batch", "reset")
+COMMANDS = ("status", "hint", "watch", "figures", "batch", "reset", "check", "classroom",
+            "gradescope-bundle")
 
 EPILOG = """\
 learner loop:
@@ -113,6 +114,8 @@ def build_parser() -> Parser:
     _add_limits(batch, batch=True)
     _add_reports(batch)
     batch.add_argument("--keep", action="store_true", help="keep the temporary sandboxes")
+    batch.add_argument("--report", type=Path, metavar="FILE",
+                       help="a self-contained HTML class report, rewritten after each submission")
     batch.add_argument("--no-sandbox", action="store_true",
                        help="grade without the bwrap sandbox (only where none is available; the "
                             "reports then say the batch ran unsandboxed)")
@@ -126,6 +129,25 @@ def build_parser() -> Parser:
     reset = commands.add_parser("reset", help="restore exercise N's untouched stub")
     reset.add_argument("exercise", metavar="N", help="the exercise: 1, ex1 or its module name")
     reset.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+
+    check = commands.add_parser("check", help="grade exercise N only; exit status 0 when done "
+                                              "(what an autograder step runs)")
+    check.add_argument("exercise", metavar="N", help="the exercise: 1, ex1 or its module name")
+    check.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                       help="wall-clock limit for the exercise's tests (default 300)")
+    _add_impl(check)
+
+    classroom = commands.add_parser("classroom", help="write DIR/.github/workflows/classroom.yml "
+                                                      "for GitHub Classroom")
+    classroom.add_argument("dir", metavar="DIR", type=Path, help="the template repository's checkout")
+    classroom.add_argument("--template", action="store_true",
+                           help="first copy the kata into DIR without solutions/ (grading only)")
+
+    bundle = commands.add_parser("gradescope-bundle", help="build the Gradescope autograder zip "
+                                                           "(without solutions/)")
+    bundle.add_argument("zip", metavar="ZIP", type=Path, help="the zip to write, e.g. autograder.zip")
+    bundle.add_argument("--exercises", default=None, metavar="IDS",
+                        help="grade only these exercises, comma-separated (default: all)")
     return parser
 
 
@@ -296,9 +318,20 @@ def batch(args, root: Path, exercises) -> int:
     finished = []
     several = len(args.submissions) > 1
     started = time.monotonic()
+    # --- class report hook (kata.grading.class_report) -----------------------------------
+    class_report = None
+    if args.report:
+        from .class_report import ClassReport
+
+        class_report = ClassReport(args.report, exercises, expected=len(args.submissions))
 
     def on_result(result):
         finished.append(result)
+        if class_report:
+            try:
+                class_report.add(result)
+            except OSError as error:
+                print(f"could not write the class report: {error}", file=sys.stderr)
         print(f"[{len(finished)}/{len(args.submissions)}] {result.name}: "
               f"{reports.score(result)} ({result.seconds:.1f} s)", flush=True)
         try:
@@ -317,6 +350,8 @@ def batch(args, root: Path, exercises) -> int:
     if csv:
         csv.close()
     _write_files(args, results, several)  # the final files list submissions in the order given
+    if class_report:
+        class_report.finish(results)
     print()
     print(reports.batch_table(results))
     print(f"\n{len(results)} submission(s) graded in {time.monotonic() - started:.1f} s "
@@ -345,8 +380,37 @@ def reset(args, root: Path, exercises) -> int:
     return 0
 
 
+def check(args, root: Path, exercises) -> int:
+    from .check import DEFAULT_TIMEOUT, check_exercise
+
+    learner.find_exercise(exercises, args.exercise)  # a clear error for a wrong N
+    return check_exercise(args.exercise, root, args.impl, args.timeout or DEFAULT_TIMEOUT)
+
+
+def classroom(args, root: Path, exercises) -> int:
+    from .classroom import write_classroom_template, write_classroom_workflow
+
+    if args.dir.exists() and not args.dir.is_dir():
+        raise learner.UsageError(f"grader.py: {args.dir} is a file, not a folder")
+    path = write_classroom_template(args.dir, root) if args.template else write_classroom_workflow(args.dir)
+    print(f"wrote {path}")
+    return 0
+
+
+def gradescope_bundle(args, root: Path, exercises) -> int:
+    from .gradescope import build_gradescope_bundle
+
+    ids = [i.strip() for i in args.exercises.split(",") if i.strip()] if args.exercises else None
+    for wanted in ids or []:
+        learner.find_exercise(exercises, wanted)
+    path = build_gradescope_bundle(args.zip, source_root=root, exercises=ids)
+    print(f"wrote {path} (no solutions/): upload it as the autograder")
+    return 0
+
+
 HANDLERS = {"status": status, "hint": hint, "watch": watch, "figures": figures, "batch": batch,
-            "reset": reset}
+            "reset": reset, "check": check, "classroom": classroom,
+            "gradescope-bundle": gradescope_bundle}
 
 
 def main(argv=None, root: Path | None = None) -> int:
