@@ -13,6 +13,7 @@ import textwrap
 
 import pytest
 
+from kata.diagnosis import diagnosis_of
 from kata.manifest import load_manifest
 from tests.mistakes import Mistake
 
@@ -42,10 +43,18 @@ class FailureCollector:
     confirm it.
     """
 
-    def __init__(self, words: str):
-        self.words = words
+    def __init__(self, words: str, diagnosis: str = ""):
+        self.words, self.diagnosis = words, diagnosis
         self.failures: dict[str, str] = {}
+        self.diagnoses: dict[str, str] = {}  # test -> the diagnosis id its failure carried
         self.named = False
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        yield
+        found = diagnosis_of(call.excinfo.value) if call.excinfo is not None else None
+        if found is not None:
+            self.diagnoses[item.nodeid] = found.id
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item, nextitem):
@@ -54,7 +63,8 @@ class FailureCollector:
     def pytest_runtest_logreport(self, report):
         if report.failed:  # keep every phase: a leaked hook is reported at teardown
             self.failures[report.nodeid] = self.failures.get(report.nodeid, "") + report.longreprtext
-            self.named = self.named or self.words in report.longreprtext
+            diagnosed = not self.diagnosis or self.diagnoses.get(report.nodeid) == self.diagnosis
+            self.named = self.named or (self.words in report.longreprtext and diagnosed)
 
 
 def run_tests_with_mistake(mistake: Mistake, rootpath, tmp_path) -> FailureCollector:
@@ -64,7 +74,7 @@ def run_tests_with_mistake(mistake: Mistake, rootpath, tmp_path) -> FailureColle
     patch.write_text(textwrap.dedent(mistake.code))
     exercise = EXERCISES[mistake.exercise]
     for selection in (["-m", "not trained"], []):
-        collector = FailureCollector(mistake.message)
+        collector = FailureCollector(mistake.message, mistake.diagnosis)
         pytest.main(
             [
                 str(rootpath / exercise.tests), "--impl", "solutions", *selection,
@@ -94,6 +104,12 @@ def test_mistake_is_caught_and_named(mistake, request, tmp_path, capsys):
         f"no test of {mistake.exercise} fails when the learner {mistake.summary}"
     )
     named = [test for test, message in collector.failures.items() if mistake.message in message]
+    if mistake.diagnosis:
+        diagnosed = [t for t in named if collector.diagnoses.get(t) == mistake.diagnosis]
+        assert diagnosed, (
+            f"the tests catch '{mistake.summary}' but no failure names the diagnosis "
+            f"{mistake.diagnosis!r}; diagnoses seen: {sorted(set(collector.diagnoses.values()))}"
+        )
     assert named, (
         f"the tests catch '{mistake.summary}' but no failure message contains "
         f"{mistake.message!r}; messages seen:\n"

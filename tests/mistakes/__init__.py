@@ -18,3 +18,5 @@ class Mistake:
     summary: str  # what the learner did wrong, in plain words
     message: str  # words that must appear in the message of at least one failing test
     code: str  # replacement definition(s), executed in the solution module's namespace
+    # the id the tests must diagnose (kata.diagnosis); "" for entries written before diagnoses
+    diagnosis: str = ""
