@@ -1,4 +1,5 @@
-"""Drawing the post's figures 6 to 11 with the learner's own functions.
+"""Drawing the post's figures 6 to 11, and exercise 5's logit-lens figures 12 and 13, with the
+learner's own functions.
 
 ``python grader.py --figures DIR`` runs this module in a child process (so an endless loop in an
 exercise cannot hang the grader) which loads the chosen model once and, for each figure, calls
@@ -43,6 +44,7 @@ class Inputs:
     def __init__(self, model, tokenizer):
         self.model, self.tokenizer = model, tokenizer
         self._hidden = None
+        self._hidden_of = {}
 
     @property
     def penguin_hidden_states(self):
@@ -60,6 +62,20 @@ class Inputs:
     def penguin_tokens(self) -> list[str]:
         ids = self.tokenizer(kata.PENGUIN_TEXT)["input_ids"]
         return [self.tokenizer.decode([i]) for i in ids]
+
+    def hidden_states(self, text):
+        """``(n_layers + 1, T, d_model)`` for ``text``, straight from the model (computed once)."""
+        if text not in self._hidden_of:
+            import torch
+
+            tokens = self.tokenizer(text, return_tensors="pt").to(self.model.device)
+            with torch.no_grad():
+                output = self.model(**tokens, output_hidden_states=True)
+            self._hidden_of[text] = torch.stack(output.hidden_states)[:, 0].float().cpu()
+        return self._hidden_of[text]
+
+    def ids(self, text):
+        return self.tokenizer(text, return_tensors="pt")["input_ids"]
 
     @property
     def kafka_ids(self):
@@ -108,6 +124,20 @@ def _figure11(f, inputs):
     return f["plot_scaling_experiment"](values, clean)
 
 
+def _figure12(f, inputs):
+    lens = f["logit_lens"](inputs.model, inputs.hidden_states(kata.KAFKA_TEXT))
+    return f["plot_logit_lens"](lens, inputs.tokenizer, inputs.ids(kata.KAFKA_TEXT))
+
+
+def _figure13(f, inputs):
+    ranks = {}
+    for label, text in (("penguin", kata.PENGUIN_TEXT), ("Kafka", kata.KAFKA_TEXT)):
+        lens = f["logit_lens"](inputs.model, inputs.hidden_states(text))
+        ranks[label] = f["true_token_ranks"](lens, inputs.ids(text))
+        del lens  # (n_layers + 1, T, vocab_size) floats: one text's lens at a time
+    return f["plot_rank_by_layer"](ranks)
+
+
 RECIPES = (
     Recipe("fig06_token_activations.png", "figure 6: one token's activations across the layers",
            ("plot_token_activations",), _figure6),
@@ -122,6 +152,10 @@ RECIPES = (
     Recipe("fig11_scaling_experiment.png", "figure 11: scaling one block at a time",
            ("target_token_id", "scaling_experiment", "next_token_log_probs",
             "plot_scaling_experiment"), _figure11),
+    Recipe("fig12_logit_lens.png", "figure 12: the logit lens on the Kafka text (exercise 5)",
+           ("logit_lens", "plot_logit_lens"), _figure12),
+    Recipe("fig13_rank_by_layer.png", "figure 13: the true next token's median rank per layer "
+           "(exercise 5)", ("logit_lens", "true_token_ranks", "plot_rank_by_layer"), _figure13),
 )
 
 
