@@ -205,10 +205,13 @@ def plot_logit_lens(lens, tokenizer, input_ids):
     fig, ax = plt.subplots(figsize=(max(6.0, 0.8 * n_positions + 2), max(4.0, 0.3 * n_hidden + 1.5)))
     image = ax.imshow(top.values.numpy(), origin="lower", aspect="auto", cmap="viridis")
     fig.colorbar(image, ax=ax, label="log-probability of the top token")
+    middle = (float(top.values.min()) + float(top.values.max())) / 2
     for layer in range(n_hidden):
         for position in range(n_positions):
             text = tokenizer.decode([int(top.indices[layer, position])])[:8]
-            ax.text(position, layer, text, ha="center", va="center", fontsize=7, color="white")
+            dark = float(top.values[layer, position]) < middle  # white on dark cells, black on light
+            ax.text(position, layer, text, ha="center", va="center", fontsize=7,
+                    color="white" if dark else "black")
     ax.set_xticks(range(n_positions), [tokenizer.decode([i]) for i in input_ids], rotation=90)
     ax.set_yticks(range(n_hidden), _layer_names(n_hidden))
     ax.set_xlabel("Input token")
