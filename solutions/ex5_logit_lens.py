@@ -62,6 +62,9 @@ def logit_lens(model, hidden_states, positions=None):
 
     Expected: the last row reproduces the model's own log-probabilities (measured on SmolLM2
     with the Kafka text: identical to float precision); the other rows are different readings.
+
+    Post: after demo 1 (the final norm is applied to the last hidden state only) and demo 3
+    (log-softmax of the next token); the logit lens itself is nostalgebraist's (2020).
     """
     hidden_states = torch.as_tensor(hidden_states)
     n_hidden = len(kata.blocks(model)) + 1
@@ -108,11 +111,13 @@ def true_token_ranks(lens, input_ids):
     token's log-probability, and comparing it with the whole row counts who beats it.
 
     Measured on SmolLM2 with the Kafka text, median over the positions: 26,015 at the
-    embedding layer, 400 to 700 in the middle blocks (L8 to L21), 21 after block L27 and 5 at
-    the output; the mean log-probability of the true token stays near -25 until block L20 and
-    rises to -4.7 at the output, most of it in the last 8 blocks. On GPT-2 (not measured here:
+    embedding layer, about 400 to 700 in the middle blocks (L8 to L21), 21 after block L27 and 5 at
+    the output; the mean log-probability of the true token stays between -22 and -28 up to
+    block L22 and rises to -4.7 at the output, most of it in the last 8 blocks. On GPT-2 (not measured here:
     it was not in the cache) the logit-lens literature shows the ranks falling steadily from the
     middle blocks on.
+
+    Post: demo 3 measures one token's log-probability; here every true next token is ranked.
     """
     lens = torch.as_tensor(lens)
     input_ids = torch.as_tensor(input_ids).reshape(-1).to(lens.device)
@@ -144,6 +149,8 @@ def target_rank_by_layer(lens, target_id, position=-1):
 
     Measured with the Kafka text on SmolLM2: " insect" has rank 5,000 to 13,000 in every
     block up to L26, 1,885 after block L27 and 8 (the 9th most likely token) at the output.
+
+    Post: demo 3's target, " insect", read at every layer instead of only at the output.
     """
     lens = torch.as_tensor(lens)
     vocab_size = lens.shape[-1]
@@ -167,6 +174,8 @@ def top_tokens_by_layer(lens, tokenizer, position=-1, k=5):
     Measured on SmolLM2 with the Kafka text, last position: the top token is "," at 23 of the
     31 layers, so the lens is nearly blind until the last blocks; the output's top 5 are
     ",", " spider", " creature", " dragon", " human".
+
+    Post: figure 10's list of likely next tokens, for every layer.
     """
     lens = torch.as_tensor(lens)
     top = torch.topk(lens[:, position], k, dim=-1).indices  # (n_layers + 1, k)
@@ -197,6 +206,8 @@ def plot_logit_lens(lens, tokenizer, input_ids):
 
     Hint: ``top = lens.max(dim=-1)`` gives both the values (the colours) and the indices (the
     texts), each ``(n_layers + 1, T)``; the maximum is over the vocabulary, the last dimension.
+
+    Post: the figure the logit lens is known for (nostalgebraist, 2020).
     """
     lens = torch.as_tensor(lens)
     n_hidden, n_positions, _ = lens.shape
@@ -235,6 +246,8 @@ def plot_rank_by_layer(ranks_by_text):
     Returns the ``matplotlib.figure.Figure``.
 
     Hint: ``ranks.float().median(dim=1).values`` is ``(n_layers + 1,)``.
+
+    Post: a summary of ``plot_logit_lens`` for the penguin and Kafka texts of demos 1 and 3.
     """
     fig, ax = plt.subplots(figsize=(9, 4))
     n_hidden = 0
