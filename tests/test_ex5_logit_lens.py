@@ -585,7 +585,14 @@ def test_plot_rank_by_layer(ex):
 
 # ----------------------------------------------------------------------------- SmolLM2
 
-_LEARNER_LENS = {}  # one slot: the last learner module and its SmolLM2 Kafka lens
+_LEARNER_LENS = {}  # one slot: the last learner module and its SmolLM2 Kafka lens (134 MiB)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _forget_the_learner_lens():
+    """Free the cached SmolLM2 lens when this file's tests are done."""
+    yield
+    _LEARNER_LENS.clear()
 
 
 @pytest.fixture(scope="module")
