@@ -63,6 +63,18 @@ layers.append(torch.log_softmax(model.lm_head(h), dim=-1))  # h, not normed
 """),
     ),
     Mistake(
+        id="inner-layers-normed-twice",
+        exercise="ex5",
+        summary="normed the inner layers once up front and again in the loop",
+        message="went through the final norm twice",
+        diagnosis="lens-inner-layers-normed-twice",
+        code=_lens("""
+if i < n_hidden - 1:
+    h = norm(norm(h))  # once "to be safe", once as planned
+layers.append(torch.log_softmax(unembed(h), dim=-1))
+"""),
+    ),
+    Mistake(
         id="embedding-layer-not-normed",
         exercise="ex5",
         summary="skipped the norm for the embedding layer, as if it were not a hidden state",
@@ -195,6 +207,20 @@ def target_rank_by_layer(lens, target_id, position=-1):
     if not 0 <= target_id < row.shape[-1]:
         raise ValueError("not a token id")
     return (row > row[:, target_id, None]).sum(-1) + 1
+''',
+    ),
+    Mistake(
+        id="target-rank-ignores-position",
+        exercise="ex5",
+        summary="always ranked the target at the last position, whatever position asked for",
+        message="should rank the target at position 0",
+        diagnosis="target-rank-wrong-position",
+        code='''
+def target_rank_by_layer(lens, target_id, position=-1):
+    row = torch.as_tensor(lens)[:, -1]
+    if not 0 <= target_id < row.shape[-1]:
+        raise ValueError("not a token id")
+    return (row > row[:, target_id, None]).sum(-1)
 ''',
     ),
     # ------------------------------------------------------------------------- token texts
