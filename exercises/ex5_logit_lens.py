@@ -83,7 +83,9 @@ def true_token_ranks(lens, input_ids):
     Raises ``ValueError`` when ``lens`` does not have one position per token of ``input_ids``.
 
     Hint: ``lens[:, :-1]`` pairs with ``input_ids[1:]``; ``torch.gather`` picks each true
-    token's log-probability, and comparing it with the whole row counts who beats it.
+    token's log-probability, and comparing it with the whole row counts who beats it. Count one
+    layer at a time: ``.sum()`` of a boolean tensor first copies it to int64, 8 bytes per entry
+    (measured: 268 MiB more at once for SmolLM2 and the Kafka text, 9 MiB per layer).
 
     Measured on SmolLM2 with the Kafka text, median over the positions: 26,015 at the
     embedding layer, about 400 to 700 in the middle blocks (L8 to L21), 21 after block L27 and 5 at

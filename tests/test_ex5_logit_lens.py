@@ -123,12 +123,17 @@ def tiny(tiny_gpt2, lens_model):
             "hidden": hidden,
             "model": model_log_probs(lens_model, ids),
             "lens": reference_lens(lens_model, hidden),
-            "no norm": reference_lens(lens_model, hidden, norm_inner=0),
-            "last normed": reference_lens(lens_model, hidden, norm_last=1),
-            "inner twice": reference_lens(lens_model, hidden, norm_inner=2),
         }
 
     return computed_once(("ex5-kafka-lens", "tiny-gpt2"), compute)
+
+
+WRONG_NORMS = {"no norm": (0, 0), "last normed": (1, 1), "inner twice": (2, 0)}
+
+
+def wrong_lens(lens_model, tiny, name):
+    """A wrongly normed lens (``WRONG_NORMS``), computed only when a diagnosis needs it."""
+    return reference_lens(lens_model, tiny["hidden"], *WRONG_NORMS[name])
 
 
 def as_lens(value, name="logit_lens"):
@@ -191,7 +196,7 @@ def test_logit_lens_last_layer_is_the_model_prediction(ex, lens_model, tiny):
     last = lens[-1]
     if close(last, tiny["model"]):
         return
-    if close(last, tiny["last normed"][-1]):
+    if close(last, wrong_lens(lens_model, tiny, "last normed")[-1]):
         diagnose("lens-last-layer-normed-twice",
                  "the lens's last row went through the final norm again: hidden_states[-1] is "
                  "already normed inside the model, so norming it again applies the norm twice; "
@@ -215,8 +220,9 @@ def test_logit_lens_norms_every_layer_but_the_last_once(ex, lens_model, tiny):
     wrong = [i for i in range(n - 1) if not close(lens[i], tiny["lens"][i])]
     if not wrong:
         return
-    unnormed = [i for i in wrong if close(lens[i], tiny["no norm"][i])]
-    twice = [i for i in wrong if close(lens[i], tiny["inner twice"][i])]
+    no_norm, inner_twice = wrong_lens(lens_model, tiny, "no norm"), wrong_lens(lens_model, tiny, "inner twice")
+    unnormed = [i for i in wrong if close(lens[i], no_norm[i])]
+    twice = [i for i in wrong if close(lens[i], inner_twice[i])]
     if unnormed == [0] and wrong == [0]:
         diagnose("lens-embedding-layer-not-normed",
                  "the embedding layer (index 0) was unembedded without the final norm, while the "
