@@ -264,8 +264,8 @@ def test_logit_lens_selects_positions(ex, lens_model, tiny):
         )
 
 
-def test_logit_lens_keeps_memory_small_by_positions(ex, lens_model, tiny):
-    """One position of a long text: the result is (n_layers + 1, 1, vocab_size), not more."""
+def test_logit_lens_reads_a_single_position(ex, lens_model, tiny):
+    """One position (how a long text is read cheaply): the result is (n_layers + 1, 1, vocab_size)."""
     lens = as_lens(ex.logit_lens(lens_model, tiny["hidden"], positions=[-1]))
     check_shape(lens, (tiny["hidden"].shape[0], 1, lens_model.config.vocab_size),
                 "logit_lens with positions=[-1]")
