@@ -128,6 +128,7 @@ def stub_source(source: str, solution: str = "solutions/exN.py") -> str:
             continue
         index = node.lineno - 1
         code, _, comment = out[index].rstrip("\n").partition("  # ")
+        comment = re.sub(r"^noqa: F401( - )?", "", comment.strip())
         out[index] = (f"{code}  # noqa: F401"
                       + (f" - {comment.strip()}" if comment.strip() else "") + "\n")
     body = "".join(line for line in out if line is not None)

@@ -98,7 +98,7 @@ def build_parser() -> Parser:
     _add_impl(watch)
     _add_limits(watch, batch=False)
 
-    figures = commands.add_parser("figures", help="draw the post's figures 6-11 with your code")
+    figures = commands.add_parser("figures", help="draw the post's figures (6-11, and 12-13 of the logit lens) with your code")
     figures.add_argument("out", metavar="DIR", type=Path, help="folder for the figures")
     figures.add_argument("--model", default=None,
                          help="auto (default: GPT-2 if cached, else SmolLM2), gpt2, smollm2, "

@@ -1,4 +1,5 @@
-"""Drawing the post's figures 6 to 11 with the learner's own functions.
+"""Drawing the post's figures 6 to 11, and exercise 5's logit-lens figures 12 and 13, with the
+learner's own functions.
 
 ``python grader.py figures DIR`` runs this module in a child process (so an endless loop in an
 exercise cannot hang the grader) which loads the chosen model once and, for each figure, calls
@@ -34,24 +35,31 @@ class Inputs:
 
     def __init__(self, model, tokenizer):
         self.model, self.tokenizer = model, tokenizer
-        self._hidden = None
+        self._hidden_of = {}
 
     @property
     def penguin_hidden_states(self):
         """``(n_layers + 1, T, d_model)`` for the penguin sentence, straight from the model."""
-        if self._hidden is None:
-            import torch
-
-            tokens = self.tokenizer(kata.PENGUIN_TEXT, return_tensors="pt").to(self.model.device)
-            with torch.no_grad():
-                output = self.model(**tokens, output_hidden_states=True)
-            self._hidden = torch.stack(output.hidden_states)[:, 0].float().cpu()
-        return self._hidden
+        return self.hidden_states(kata.PENGUIN_TEXT)
 
     @property
     def penguin_tokens(self) -> list[str]:
         ids = self.tokenizer(kata.PENGUIN_TEXT)["input_ids"]
         return [self.tokenizer.decode([i]) for i in ids]
+
+    def hidden_states(self, text):
+        """``(n_layers + 1, T, d_model)`` for ``text``, straight from the model (computed once)."""
+        if text not in self._hidden_of:
+            import torch
+
+            tokens = self.tokenizer(text, return_tensors="pt").to(self.model.device)
+            with torch.no_grad():
+                output = self.model(**tokens, output_hidden_states=True)
+            self._hidden_of[text] = torch.stack(output.hidden_states)[:, 0].float().cpu()
+        return self._hidden_of[text]
+
+    def ids(self, text):
+        return self.tokenizer(text, return_tensors="pt")["input_ids"]
 
     @property
     def kafka_ids(self):
@@ -100,6 +108,20 @@ def _figure11(f, inputs):
     return f.plot_scaling_experiment(values, clean)
 
 
+def _figure12(f, inputs):
+    lens = f.logit_lens(inputs.model, inputs.hidden_states(kata.KAFKA_TEXT))
+    return f.plot_logit_lens(lens, inputs.tokenizer, inputs.ids(kata.KAFKA_TEXT))
+
+
+def _figure13(f, inputs):
+    ranks = {}
+    for label, text in (("penguin", kata.PENGUIN_TEXT), ("Kafka", kata.KAFKA_TEXT)):
+        lens = f.logit_lens(inputs.model, inputs.hidden_states(text))
+        ranks[label] = f.true_token_ranks(lens, inputs.ids(text))
+        del lens  # (n_layers + 1, T, vocab_size) floats: one text's lens at a time
+    return f.plot_rank_by_layer(ranks)
+
+
 DRAWINGS: dict[str, Callable] = {  # recipe -> draw(module, inputs) -> a Figure or text
     "fig06": _figure6,
     "fig07": _figure7,
@@ -107,6 +129,8 @@ DRAWINGS: dict[str, Callable] = {  # recipe -> draw(module, inputs) -> a Figure 
     "fig09": _figure9,
     "fig10": _figure10,
     "fig11": _figure11,
+    "fig12": _figure12,
+    "fig13": _figure13,
 }
 
 
