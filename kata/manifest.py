@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable
 
@@ -28,6 +28,12 @@ class Figure:
     recipe: str  # the drawing code's name in kata/grading/figures.py
     file: str  # written into the folder given to `grader.py figures DIR`
     caption: str
+    # "what you should see", per model: {"gpt2": ..., "smollm2": ..., "tiny-gpt2": ...}
+    expect: tuple[tuple[str, str], ...] = ()
+
+    def expectation(self, model_name: str) -> str:
+        """What the figure should show when drawn with ``model_name`` ("" when not stated)."""
+        return dict(self.expect).get(model_name, "")
 
 
 @dataclass(frozen=True)
@@ -63,7 +69,7 @@ class Exercise:
 
 
 _FIELDS = {"id": str, "title": str, "module": str, "tests": str, "points": int, "post": str,
-           "functions": list, "hints": dict, "figures": list, "bonus": bool}
+           "functions": list, "hints": dict, "figures": list, "bonus": bool, "expect": dict}
 _REQUIRED = ("id", "title", "module", "tests", "points", "post", "functions")
 _FIGURE_FIELDS = ("recipe", "file", "caption")
 
@@ -120,8 +126,28 @@ def _exercise(entry, where: str) -> Exercise:
             raise _problem(where, f"figures[{k}].file {figure['file']!r} must be a file name, "
                                   "not a path")
         figures.append(Figure(figure["recipe"], figure["file"], figure["caption"]))
+    figures = _with_expectations(where, figures, entry.pop("expect", {}))
     return Exercise(**{**entry, "functions": tuple(functions), "hints": tuple(hints),
                        "figures": tuple(figures)})
+
+
+EXPECTATION_MODELS = ("gpt2", "smollm2", "tiny-gpt2")
+
+
+def _with_expectations(where: str, figures: list[Figure], expect) -> list[Figure]:
+    """Attach ``[exercise.expect.<recipe>]`` tables (model -> what you should see) to figures."""
+    if not isinstance(expect, dict):
+        raise _problem(where, "expect must be a table of [exercise.expect.<recipe>] tables")
+    recipes = {f.recipe for f in figures}
+    for recipe, per_model in expect.items():
+        if recipe not in recipes:
+            raise _problem(where, f"expect.{recipe} names no figure of this exercise")
+        if (not isinstance(per_model, dict) or not per_model
+                or not set(per_model) <= set(EXPECTATION_MODELS)
+                or not all(isinstance(t, str) and t.strip() for t in per_model.values())):
+            raise _problem(where, f"expect.{recipe} must map some of {', '.join(EXPECTATION_MODELS)} "
+                                  "to non-empty text")
+    return [replace(f, expect=tuple(sorted(expect.get(f.recipe, {}).items()))) for f in figures]
 
 
 def parse_manifest(data: dict, name: str = "exercises.toml") -> list[Exercise]:

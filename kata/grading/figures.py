@@ -6,7 +6,11 @@ exercise cannot hang the grader) which loads the chosen model once and, for each
 the learner's functions on the post's texts. Inputs the figure only displays (the hidden states
 of the penguin sentence) are computed here directly from the model, so that each figure depends
 only on the functions of its own exercise. A figure whose function is not written yet (it raises
-``NotImplementedError``) is skipped, and the output says so.
+``NotImplementedError``) is skipped, and the output says so. Each figure is saved with a tight
+bounding box; the output says what it should show on the model in use (the manifest's
+``[exercise.expect.<recipe>]``), warns when its labels overlap or are cut off, and, for a
+learner's ``exercises/``, puts the reference solution's drawing beside it
+(``fig06_..._reference.png``) and both into one ``contact_sheet.png``.
 
 Which figures exist, their files and captions, and which exercise owns each, is in the manifest
 (``figures = [{recipe, file, caption}]`` per exercise); this module holds only the drawing code,
@@ -24,7 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 import kata
-from kata.impl import ImplementationImportError, import_implementation
+from kata.impl import ImplementationImportError, import_implementation, stub_reached
 from kata.manifest import Exercise, Figure, check_recipes, load_manifest
 
 from .runner import child_environment, kill_group
@@ -141,59 +145,168 @@ def planned_figures(exercises: list[Exercise] | None = None) -> list[tuple[Exerc
     return [(exercise, figure) for exercise in exercises for figure in exercise.figures]
 
 
-def _unwritten(error: BaseException, module) -> str:
-    """The learner function whose stub raised ``error`` (its innermost frame in ``module``)."""
-    name, filename = "", getattr(module, "__file__", None)
-    traceback = error.__traceback__
-    while traceback is not None:
-        if traceback.tb_frame.f_code.co_filename == filename:
-            name = traceback.tb_frame.f_code.co_name
-        traceback = traceback.tb_next
-    return name
+# --------------------------------------------------------------------------- legibility
+
+def _overlapping(boxes) -> int:
+    """How many neighbouring boxes (sorted left to right) overlap."""
+    boxes = sorted(boxes, key=lambda box: box.x0)
+    return sum(1 for left, right in zip(boxes, boxes[1:]) if right.x0 < left.x1 - 0.5)
+
+
+def _shown_tick_labels(axis) -> list:
+    """The tick labels of ``axis`` that are drawn: visible, not empty, inside the view limits."""
+    low, high = sorted(axis.get_view_interval())
+    labels = []
+    for tick in axis.get_major_ticks():
+        label = tick.label1
+        if low <= tick.get_loc() <= high and label.get_visible() and label.get_text().strip():
+            labels.append(label)
+    return labels
+
+
+def _shown_texts(fig) -> list:
+    """Every piece of text a reader sees: titles, axis labels, tick labels, annotations."""
+    texts = list(fig.texts)
+    if getattr(fig, "_suptitle", None) is not None:
+        texts.append(fig._suptitle)
+    for ax in fig.axes:
+        texts += [ax.title, ax.xaxis.label, ax.yaxis.label, *ax.texts]
+        texts += _shown_tick_labels(ax.xaxis) + _shown_tick_labels(ax.yaxis)
+    return [t for t in texts if t.get_visible() and str(t.get_text()).strip()]
+
+
+def legibility_problems(fig) -> list[str]:
+    """What a reader cannot read in ``fig``, measured from the rendered figure, with the fix.
+
+    Two checks: x tick labels of one axes that overlap their neighbours (31 layer names side by
+    side do not fit), and text that sticks out of the figure (clipped when shown or saved
+    without a tight bounding box).
+    """
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    problems = []
+    for n, ax in enumerate(fig.axes, start=1):
+        labels = _shown_tick_labels(ax.xaxis)
+        overlaps = _overlapping([t.get_window_extent(renderer) for t in labels])
+        if overlaps:
+            problems.append(
+                f"panel {n}: {len(labels)} x tick labels do not fit side by side ({overlaps} "
+                "overlap): rotate them (ax.tick_params(axis='x', labelrotation=90)) or label "
+                "every 5th (ax.set_xticks(ticks[::5], names[::5]))")
+    box = fig.bbox
+    for text in _shown_texts(fig):
+        extent = text.get_window_extent(renderer)
+        if (extent.x0 < box.x0 - 1 or extent.x1 > box.x1 + 1
+                or extent.y0 < box.y0 - 1 or extent.y1 > box.y1 + 1):
+            problems.append(f"the label {str(text.get_text())[:30]!r} is cut off at the figure's "
+                            "edge: call fig.tight_layout() or make the figure larger")
+            break
+    return problems
+
+
+# --------------------------------------------------------------------------- drawing
+
+
+def _save(result, path: Path) -> Path:
+    """Write a figure (tight bounding box) or a text result; returns the path written."""
+    import matplotlib.pyplot as plt
+
+    if isinstance(result, str):
+        path = path.with_suffix(".txt") if path.suffix != ".txt" else path
+        path.write_text(result, encoding="utf-8")
+    else:
+        result.savefig(path, dpi=120, bbox_inches="tight")
+        plt.close(result)
+    return path
+
+
+def reference_path(path: Path) -> Path:
+    """``fig06_x.png`` -> ``fig06_x_reference.png``: the reference solution's drawing."""
+    return path.with_name(f"{path.stem}_reference{path.suffix}")
+
+
+def contact_sheet(pairs: list[tuple[str, Path, Path | None]], path: Path) -> Path | None:
+    """One PNG with each figure (yours, left) beside the reference's (right), row by row."""
+    import matplotlib.pyplot as plt
+
+    rows = [(caption, yours, ref) for caption, yours, ref in pairs if yours.suffix == ".png"]
+    if not rows:
+        return None
+    fig, axes = plt.subplots(len(rows), 2, figsize=(14, 4 * len(rows)), squeeze=False)
+    for (caption, yours, ref), (left, right) in zip(rows, axes):
+        for ax, image, title in ((left, yours, f"yours: {caption}"), (right, ref, "reference")):
+            ax.axis("off")
+            if image is not None and image.exists():
+                ax.imshow(plt.imread(image))
+                ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
+
+
+def _draw(exercise: Exercise, figure: Figure, impl: str, inputs):
+    """The figure drawn with ``impl``'s functions, or a sentence saying why it was not."""
+    module = None
+    try:
+        module = import_implementation(exercise, impl)
+        return DRAWINGS[figure.recipe](module, inputs), ""
+    except NotImplementedError as error:
+        unwritten = stub_reached(error, Path(module.__file__).parent) if module else None
+        return None, (f"not written yet ({exercise.id}"
+                      f"{': ' + unwritten + '()' if unwritten else ''})")
+    except ImplementationImportError as error:
+        return None, str(error)
+    except Exception as error:  # noqa: BLE001 - the learner's code may raise anything
+        return None, f"{type(error).__name__}: {error}"
 
 
 def draw_all(out: Path, impl: str, model_name: str | None, not_done: set[str],
-             loaded: tuple | None = None) -> int:
+             loaded: tuple | None = None, reference: bool | None = None) -> int:
     """Draw every figure the implementation can; returns how many were written.
 
     ``loaded`` is an already loaded ``(model, tokenizer)`` to use instead of ``model_name``.
+    ``reference`` (default: when drawing ``exercises/`` and ``solutions/`` exists) also draws
+    each figure with the reference solution beside yours, and a contact sheet of both.
     """
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     out.mkdir(parents=True, exist_ok=True)
     model, tokenizer = loaded or kata.load_model(model_name)
-    name = getattr(model, "kata_name", model_name)
+    name = getattr(model, "kata_name", model_name) or "the model"
+    if reference is None:
+        reference = impl == "exercises" and (Path(kata.__file__).parents[1] / "solutions").is_dir()
     print(f"Drawing the post's figures with {impl}/ on {name} ({model.device}) into {out}/")
-    inputs, written = Inputs(model, tokenizer), 0
+    inputs, written, pairs = Inputs(model, tokenizer), 0, []
     for exercise, figure in planned_figures():
-        module = None
-        try:
-            module = import_implementation(exercise, impl)
-            result = DRAWINGS[figure.recipe](module, inputs)
-        except NotImplementedError as error:
-            unwritten = _unwritten(error, module)
-            print(f"  skipped  {figure.caption}: not written yet "
-                  f"({exercise.id}{': ' + unwritten + '()' if unwritten else ''})")
+        result, why = _draw(exercise, figure, impl, inputs)
+        if result is None:
+            print(f"  skipped  {figure.caption}: {why}")
             continue
-        except ImplementationImportError as error:
-            print(f"  skipped  {figure.caption}: {error}")
-            continue
-        except Exception as error:  # noqa: BLE001 - the learner's code may raise anything
-            print(f"  failed   {figure.caption}: {type(error).__name__}: {error}")
-            continue
-        path = out / figure.file
-        if isinstance(result, str):
-            path.write_text(result, encoding="utf-8")
-        else:
-            result.savefig(path, dpi=120)
-            plt.close(result)
+        problems = [] if isinstance(result, str) else legibility_problems(result)
+        path = _save(result, out / figure.file)
         written += 1
         note = (f"  ({exercise.id} not done yet: check it against the tests)"
                 if exercise.id in not_done else "")
         print(f"  wrote    {path}  ({figure.caption}){note}")
+        for problem in problems:
+            print(f"           hard to read: {problem}")
+        expected = figure.expectation(name)
+        if expected:
+            print(f"           what you should see on {name}: {expected}")
+        ref = None
+        if reference:
+            drawn, _ = _draw(exercise, figure, "solutions", inputs)
+            if drawn is not None:
+                ref = _save(drawn, reference_path(out / figure.file))
+                print(f"           reference beside it: {ref}")
+        pairs.append((figure.caption, path, ref))
+    if reference and pairs:
+        sheet = contact_sheet(pairs, out / "contact_sheet.png")
+        if sheet:
+            print(f"  wrote    {sheet}  (yours and the reference, side by side)")
     return written
 
 

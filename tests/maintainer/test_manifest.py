@@ -88,6 +88,9 @@ def _entry(**changes):
     ({"colour": "red"}, "unknown key(s) colour"),
     ({"functions": ["f", "f"]}, "lists a name twice"),
     ({"id": "one"}, "must look like 'ex1'"),
+    ({"expect": {"fig99": {"gpt2": "x"}}}, "expect.fig99 names no figure"),
+    ({"expect": {"fig06": {"llama": "x"}}}, "expect.fig06 must map"),
+    ({"expect": {"fig06": {"gpt2": " "}}}, "expect.fig06 must map"),
 ])
 def test_a_broken_manifest_entry_is_named_with_its_problem(changes, words):
     from kata.manifest import ManifestError, parse_manifest
