@@ -1,12 +1,13 @@
 """The kata's performance table: how long learners and instructors wait, and how much memory.
 
     python benchmarks/run.py                  # everything (about 10 minutes on 2 CPU cores)
-    python benchmarks/run.py --only scaling   # one row group: scaling, exercise, warm, suite, first, grader
+    python benchmarks/run.py --only scaling   # one row group: scaling, exercise, warm, suite, first, grader, sandbox
     python benchmarks/run.py --update-readme  # also write the table into README.md
 
-Targets (issue 8): one exercise's tests within 3 s with warm caches, the whole maintainer suite
-within 60 s, peak memory under 2.5 GB, fast_scaling_experiment at least 5x faster than
-scaling_experiment on SmolLM2.
+Targets: one exercise's tests within 3 s with warm caches, the whole maintainer suite within
+60 s, peak memory under 2.5 GB, fast_scaling_experiment at least 5x faster than
+scaling_experiment on SmolLM2, a correct submission graded within 10 s, and the sandbox costing
+less than 20% of that.
 """
 
 from __future__ import annotations
@@ -140,6 +141,27 @@ def grader_rows(count: int) -> list[tuple[str, str, str]]:
     return [(f"grader: {len(submissions)} synthetic submissions, -j 2", f"{seconds:.0f} s", "")]
 
 
+def sandbox_rows() -> list[tuple[str, str, str]]:
+    """One correct submission (the solutions as exercises/), graded with and without the sandbox."""
+    folder = Path(tempfile.mkdtemp(prefix="kata-sandbox-bench-"))
+    try:
+        submission = folder / "correct"
+        shutil.copytree(ROOT / "solutions", submission / "exercises")
+        times = {}
+        for label, extra in (("sandboxed", []), ("unsandboxed", ["--no-sandbox"])):
+            command = [sys.executable, "grader.py", "batch", str(submission), *extra]
+            timed_run(command)  # warm-up: model cache and file caches
+            times[label] = statistics.median(timed_run(command)[0] for _ in range(3))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    cost = times["sandboxed"] / times["unsandboxed"] - 1
+    return [
+        ("grader: one correct submission, sandboxed (bwrap)", f"{times['sandboxed']:.1f} s (median of 3)", "<= 10 s"),
+        ("grader: the same, --no-sandbox", f"{times['unsandboxed']:.1f} s (median of 3)", ""),
+        ("cost of the sandbox", f"{cost:+.0%}", "< 20%"),
+    ]
+
+
 GROUPS = {
     "scaling": lambda args: scaling_rows(args.runs),
     "exercise": lambda args: exercise_rows(args.runs),
@@ -147,6 +169,7 @@ GROUPS = {
     "suite": lambda args: suite_rows(),
     "first": lambda args: first_run_rows(),
     "grader": lambda args: grader_rows(args.submissions),
+    "sandbox": lambda args: sandbox_rows(),
 }
 
 
