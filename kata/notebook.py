@@ -137,12 +137,12 @@ def _first_needs(values) -> Needs | None:
             return value
         if isinstance(value, (list, tuple)):
             found = _first_needs(value)
-            if found:
-                return found
         elif isinstance(value, Mapping):
             found = _first_needs(value.values())
-            if found:
-                return found
+        else:
+            continue
+        if found is not None:  # (a Needs is falsy)
+            return found
     return None
 
 
@@ -245,8 +245,14 @@ class LearnerModule:
             raise AttributeError(name)
         module = self.module
         if module is None:
-            return Needs(name, self._entry.source(self._impl),
-                         reason=f"fix {self._entry.source(self._impl)} first: {self._problem}")
+            source = self._entry.source(self._impl)
+            needs = Needs(name, source, reason=f"fix {source} first: {self._problem}")
+
+            def cannot_run(*args, **kwargs):
+                print(needs.reason)
+                return needs
+
+            return cannot_run
         value = getattr(module, name)
         if callable(value) and getattr(value, "__module__", None) == module.__name__:
             return guarded(value)

@@ -180,6 +180,8 @@ def test_untouched_stub_call_names_the_function_to_write(monkeypatch, capsys):
     hidden = ex.get_hidden_states(None, tokens)
     assert hidden is tokens
     assert "needs `tokenize` first" in capsys.readouterr().out
+    assert ex.plot_token_activations({"hidden": [hidden]}, 0, "x") is tokens  # found inside too
+    capsys.readouterr()
     # What a cell may do with a placeholder does not raise.
     assert str(hidden.shape) == "<needs `tokenize` first>"
     assert list(hidden) == [] and not hidden and (hidden - 1).abs().max().item() is hidden
