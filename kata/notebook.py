@@ -228,7 +228,7 @@ class LearnerModule:
             stamp = (stat.st_mtime_ns, stat.st_size)
         except OSError:
             stamp = None
-        if self._module is None or stamp != self._stamp:
+        if stamp != self._stamp or (self._module is None and self._problem is None):
             name = f"{self._impl}.{self._entry.module}"
             sys.modules.pop(name, None)
             importlib.invalidate_caches()
@@ -246,7 +246,7 @@ class LearnerModule:
         module = self.module
         if module is None:
             source = self._entry.source(self._impl)
-            needs = Needs(name, source, reason=f"fix {source} first: {self._problem}")
+            needs = Needs(name, source, reason=f"{self._problem}: fix it first")
 
             def cannot_run(*args, **kwargs):
                 print(needs.reason)
@@ -435,7 +435,8 @@ class CheckResult:
         if self.status.value == "not started":
             rows.append(("next", f"write `{self.function}` in {entry.source(self.impl)}"))
         elif self.failure is not None:
-            rows.append(("first failing test", self.failure.name))
+            if not self.failure.import_error:
+                rows.append(("first failing test", self.failure.name))
             rows.append(("message", self.failure.message))
         elif self.result.message and not self.done:
             rows.append(("message", self.result.message))
