@@ -334,15 +334,20 @@ def _display_text(plain: str, markdown: str) -> None:
     display({"text/plain": plain, "text/markdown": markdown}, raw=True)
 
 
-def show(figure) -> None:
-    """Display a matplotlib figure inline and close it; a :class:`Needs` shows nothing."""
+def show(figure, dpi: int = 100) -> None:
+    """Display a matplotlib figure inline, as a PNG whatever the backend (``MPLBACKEND=Agg``
+    included), and close it; a :class:`Needs` shows nothing."""
     if figure is None or isinstance(figure, Needs):
         return
-    import matplotlib.pyplot as plt
-    from IPython.display import display
+    import io
 
-    display(figure)
+    import matplotlib.pyplot as plt
+    from IPython.display import Image, display
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
     plt.close(figure)
+    display(Image(data=buffer.getvalue(), format="png"))
 
 
 def token_strings(tokenizer, text: str) -> list[str]:

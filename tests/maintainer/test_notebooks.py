@@ -66,7 +66,8 @@ def _execute(path: Path, impl: str):
         else DEFAULT_TEST_MODEL
     nb = nbformat.read(path, as_version=4)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-    env.update(KATA_IMPL=impl, KATA_MODEL=model, OMP_NUM_THREADS="1", KATA_TORCH_THREADS="1",
+    env.update(MPLBACKEND="Agg",  # as CI sets it: figures must show whatever the backend
+               KATA_IMPL=impl, KATA_MODEL=model, OMP_NUM_THREADS="1", KATA_TORCH_THREADS="1",
                PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
                PYDEVD_DISABLE_FILE_VALIDATION="1")
     client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3", allow_errors=True,
@@ -81,7 +82,8 @@ def executed():
     """``{(notebook name, impl): (executed notebook, seconds)}`` for every runnable notebook."""
     pytest.importorskip("nbclient", reason="needs the notebook extra: pip install -e .[notebook]")
     pytest.importorskip("ipykernel", reason="needs the notebook extra: pip install -e .[notebook]")
-    jobs = [(p, impl) for p in _runnable() for impl in ("solutions", "exercises")]
+    # The longest runs (the solutions, with their full check) first, so the workers end together.
+    jobs = [(p, impl) for impl in ("solutions", "exercises") for p in _runnable()]
     with ThreadPoolExecutor(WORKERS) as pool:
         results = list(pool.map(lambda job: _execute(*job), jobs))
     return {(p.name, impl): result for (p, impl), result in zip(jobs, results)}
