@@ -171,7 +171,8 @@ def attempt(function, *args, **kwargs):
     Returns the function's result; or, when it reached a ``raise NotImplementedError`` of the
     code under test, prints "write `name` in exercises/... first" and returns a :class:`Needs`.
     When an argument is a :class:`Needs`, the call is skipped and that placeholder returned; for
-    a ``lambda``, so are the notebook's names it reads (``attempt(lambda: x[i].item())``).
+    a ``lambda``, so are the notebook's names it reads (``attempt(lambda: x[i].item())``), and
+    the step is skipped quietly.
     Any other error is the learner's to see, and is raised as usual.
     """
     from .impl import stub_reached
@@ -184,7 +185,8 @@ def attempt(function, *args, **kwargs):
         used += [cell.cell_contents for cell in function.__closure__ or ()]
     waiting = _first_needs(used)
     if waiting is not None:
-        print(f"{name if name == 'this step' else f'`{name}`'} skipped: it {waiting.message}")
+        if name != "this step":  # a lambda's step goes quietly: its cell already said what to write
+            print(f"`{name}` skipped: it {waiting.message}")
         return waiting
     try:
         return function(*args, **kwargs)

@@ -112,6 +112,9 @@ expect(
 # removed: so remove it in a `finally` block.
 
 # %%
+from kata.hooks import hook_snapshot, restore_hooks
+
+clean_hooks = hook_snapshot(model)  # to see, at the end, whether a hook was left behind
 hook = ex.make_scaling_hook(0.8)
 block = kata.blocks(model)[0]
 handle = attempt(block.register_forward_hook, hook, prepend=True)
@@ -120,7 +123,7 @@ try:
 finally:
     attempt(lambda: handle.remove())
 print(f"{kata.TARGET_WORD!r} with block 0 scaled by 0.8:", attempt(lambda: scaled[target_id].item()))
-print("hooks left on block 0:", len(block._forward_hooks))
+print("hooks left behind:", restore_hooks(model, clean_hooks) or "none")
 
 # %% [markdown]
 # ## Figure 11: one block at a time
@@ -132,6 +135,7 @@ print("hooks left on block 0:", len(block._forward_hooks))
 # %%
 values = ex.scaling_experiment(model, input_ids, target_id)
 print(values)
+print("hooks left behind:", restore_hooks(model, clean_hooks) or "none")  # and removed, if any
 
 # %% tags=["figure"]
 show(ex.plot_scaling_experiment(values, clean))
