@@ -36,6 +36,9 @@ def model_summary(model) -> dict:
     (SmolLM2) call them ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``. Both kinds
     of config answer to the Llama-style names.
 
+    On the models: GPT-2 gives 12 blocks, d_model 768, 12 heads, 50,257 tokens; SmolLM2-135M
+    30 blocks, d_model 576, 9 heads, 49,152 tokens.
+
     Post: Python demo 1, "model.config" (figure 3).
     """
     raise NotImplementedError
@@ -50,6 +53,8 @@ def tokenize(tokenizer, text: str):
 
     Hint: call the tokenizer object itself, not ``tokenizer.encode``, and ask for PyTorch tensors
     with ``return_tensors="pt"``.
+
+    On the models: the penguin sentence is 10 tokens for GPT-2 and 11 for SmolLM2.
 
     Post: Python demo 1, the tokens (figure 4).
     """
@@ -69,6 +74,11 @@ def get_hidden_states(model, tokens) -> torch.Tensor:
 
     Hint: ``model(**tokens, output_hidden_states=True).hidden_states`` is a tuple of
     n_layers + 1 tensors, each (1, T, d_model); stack them and drop the batch dimension.
+
+    On the models: for the penguin sentence, (13, 10, 768) on GPT-2 and (31, 11, 576) on SmolLM2.
+    On SmolLM2 the first token is an outlier: its vector's length reaches about 25,000 in the
+    middle blocks against about 170 for the other tokens (an "attention sink"). ``torch.no_grad()``
+    around the forward pass keeps autograd from recording it: nothing here needs gradients.
 
     Post: Python demo 1, "13 hidden states, each 1x10x768" (figure 5).
     """
@@ -128,6 +138,10 @@ def activation_variance(hidden_states: torch.Tensor, token_index: int) -> torch.
     Hint: select the token first (``hidden_states[:, token_index, :]`` is (n_layers + 1,
     d_model)), then take the variance along the last dimension, not across the layers.
 
+    On the models: on SmolLM2 the variance of a mid-sentence token grows from about 0.01 at the
+    embeddings to several hundred in the last blocks (939 at L28 for token 8 of the penguin
+    sentence), then drops to a few units after the final norm; on GPT-2 it grows with depth too.
+
     Post: Python demo 1, figure 6, right panel.
     """
     raise NotImplementedError
@@ -144,6 +158,11 @@ def plot_token_activations(hidden_states: torch.Tensor, token_index: int, token_
     Raises ``IndexError`` when ``token_index`` is not a token.
 
     Hint: one ``ax.scatter`` call per layer keeps each layer's dots (and colour) together.
+
+    Legibility: GPT-2's 13 layer names fit side by side; SmolLM2's 31 do not, so stand them
+    upright (``ax.tick_params(axis="x", labelrotation=90)``) or label every 5th layer. Make the
+    panels with ``fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))``; a tensor goes into
+    matplotlib as ``tensor.numpy()`` (on the CPU, without gradients).
 
     Post: Python demo 1, figure 6.
     """

@@ -44,6 +44,10 @@ def cosine_similarity_matrix(vectors: torch.Tensor) -> torch.Tensor:
     rows have length 1; then one matrix product gives every pairwise dot product at once.
     Guard the division against a zero length.
 
+    ``keepdim=True`` keeps the reduced dimension, so ``vectors.norm(dim=-1, keepdim=True)`` is
+    (n, 1) and divides every row by its own length; without it the (n,) norms would broadcast
+    along the wrong dimension.
+
     Post: Python demo 2, the cosine similarity of one token between layers.
     """
     if vectors.ndim != 2:
@@ -73,6 +77,9 @@ def layer_similarity(hidden_states: torch.Tensor, token_index: int) -> torch.Ten
     Hint: ``hidden_states[:, token_index, :]`` is that token at every layer, one row per layer;
     hand it to ``cosine_similarity_matrix``.
 
+    On the models: (13, 13) on GPT-2 and (31, 31) on SmolLM2. GPT-2's similarities stay above
+    0.8; on SmolLM2 the embedding layer is unlike every block (near 0).
+
     Post: Python demo 2, figure 7.
     """
     token_index = kata.token_index(token_index, hidden_states.shape[1])  # IndexError if no token
@@ -95,6 +102,9 @@ def token_similarity(hidden_states: torch.Tensor, layer: int) -> torch.Tensor:
         IndexError: ``layer`` is out of range; the message names the valid range.
 
     Hint: ``hidden_states[layer]`` is that layer, one row per token.
+
+    On the models: on GPT-2 every pair is positively similar; on SmolLM2 the tokens are nearly
+    unrelated at the embeddings (median about 0.08) and alike in the middle blocks (about 0.6).
 
     Post: Python demo 2, figure 8.
     """
@@ -121,6 +131,10 @@ def laminar_profile(hidden_states: torch.Tensor, skip_first: bool = True) -> tor
     Hint: ``torch.triu_indices(n, n, offset=1)`` gives the row and column of every entry above
     the diagonal; index each layer's similarity matrix with them. (``torch.unique`` would sort
     the values and merge equal ones: some pairs would be lost.)
+
+    On the models: GPT-2 makes the post's "smile" (lower in the middle layers, higher at the
+    end); SmolLM2 does not: its median jumps from about 0.1 to 0.6 in two blocks, reaches about
+    0.75 in the last blocks and falls to about 0.5 after the final norm.
 
     Post: Python demo 2, figure 9 (the "smile").
     """
@@ -157,6 +171,8 @@ def plot_layer_similarity(
 
     Hint: loop over the token indices themselves (``for ax, t in zip(axes, token_indices)``):
     the matrix and the title must both use ``t``, not the position of the panel.
+
+    Legibility: with SmolLM2's 31 layers, label every 5th tick or stand the names upright.
 
     Post: Python demo 2, figure 7.
     """
@@ -228,6 +244,8 @@ def plot_laminar_profile(profile: torch.Tensor):
     Hint: ``ax.scatter(layer + jitter, profile[layer])`` for each layer, then
     ``ax.plot(range(n_layers + 1), profile.mean(dim=1))``: average over the pairs, not over
     the layers.
+
+    Legibility: with SmolLM2's 31 layers, label every 5th tick or stand the names upright.
 
     Post: Python demo 2, figure 9.
     """

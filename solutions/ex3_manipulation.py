@@ -37,6 +37,8 @@ def text_stats(tokenizer, text):
 
     Hint: a Python ``set`` keeps one copy of each element.
 
+    On SmolLM2 the Kafka text is 109, 25, 23, 23 (its tokenizer makes 23 tokens).
+
     Post: demo 3, the text statistics printed before figure 10.
     """
     ids = tokenizer(text)["input_ids"]
@@ -102,6 +104,9 @@ def next_token_log_probs(model, input_ids):
     Hint: ``torch.log_softmax(logits[0, -1], dim=-1)``; softmax gives probabilities, and the
     post measures their logarithm.
 
+    On the models: the clean log-probability of " insect" after the Kafka text is about -4.71 on
+    SmolLM2 (GPT-2's is in figure 11 of the post).
+
     Post: demo 3, the clean log-softmax value of " insect".
     """
     return torch.log_softmax(_next_token_logits(model, input_ids), dim=-1)
@@ -117,6 +122,9 @@ def top_next_tokens(model, tokenizer, input_ids, k=21):
     two functions keeps the input checks in one place).
 
     Hint: ``torch.topk(logits, k)`` returns the values and the indices, largest first.
+
+    On the models: " insect" is 15th of 21 on GPT-2 and 9th on SmolLM2, in lists full of
+    creatures (" spider", " creature", " dragon", " worm" on SmolLM2).
 
     Post: demo 3, figure 10.
     """
@@ -177,6 +185,10 @@ def scaling_experiment(model, input_ids, target_id, factor=0.8):
 
     Hint: ``handle = block.register_forward_hook(hook, prepend=True)``, then
     ``try: ... finally: handle.remove()``.
+
+    On the models: on GPT-2 most blocks, scaled by 0.8, lower the target's log-probability; on
+    SmolLM2 27 of 30 do (the biggest drops come from blocks 19 to 27), and the last block changes
+    nothing, because the final norm undoes any scale.
 
     Post: demo 3, the experiment loop (steps 1-7) and figure 11.
     """
