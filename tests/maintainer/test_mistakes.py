@@ -1,0 +1,133 @@
+"""Every catalogued learner mistake is caught by the exercise tests, and named by its diagnosis.
+
+For each mistake in ``tests/mistakes/exN.py``: run exercise N's tests against the solution with
+the mistake patched in (``--kata-patch``), and check that the *first* failing test (the verdict
+the learner reads first) reports the catalogue's diagnosis id through ``kata.diagnosis`` -- a
+sentence about the learner's code, never a bare library exception. The runs happen in this
+process, so the session's models are loaded once for all of them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import textwrap
+
+import pytest
+
+from kata.diagnosis import diagnosis_of
+from kata.manifest import load_manifest
+from tests.mistakes import Mistake
+
+pytestmark = pytest.mark.maintainer
+
+EXERCISES = {exercise.id: exercise for exercise in load_manifest()}
+
+
+def catalogue() -> list[Mistake]:
+    mistakes = []
+    for exercise_id in EXERCISES:
+        try:
+            module = importlib.import_module(f"tests.mistakes.{exercise_id}")
+        except ModuleNotFoundError:
+            continue
+        mistakes += module.MISTAKES
+    return mistakes
+
+
+MISTAKES = catalogue()
+
+
+class FirstFailure:
+    """A pytest plugin object that keeps the first failing test: its name, message, diagnosis.
+
+    Once a test failed, the remaining tests are passed over: the first failure is the verdict.
+    """
+
+    def __init__(self):
+        self.test: str | None = None
+        self.message = ""
+        self.diagnosis: str | None = None
+        self.error_type = ""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        return True if self.test is not None else None  # True: "handled", the test does not run
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        report = outcome.get_result()
+        # every phase counts: a leaked hook is reported at teardown
+        if report.failed and self.test is None:
+            error = call.excinfo.value if call.excinfo is not None else None
+            found = diagnosis_of(error)
+            self.test = report.nodeid
+            self.message = report.longreprtext
+            self.diagnosis = found.id if found is not None else None
+            self.error_type = type(error).__name__ if error is not None else ""
+
+    @property
+    def last_line(self) -> str:
+        lines = self.message.strip().splitlines()
+        return lines[-1][:300] if lines else ""
+
+
+def run_tests_with_mistake(mistake: Mistake, rootpath, tmp_path) -> FirstFailure:
+    """Run the exercise's tests with the mistake planted: the fast tests on the tiny model first,
+    then, only if none of them failed, all of them."""
+    patch = tmp_path / f"{mistake.exercise}_{mistake.id}.py"
+    patch.write_text(textwrap.dedent(mistake.code))
+    exercise = EXERCISES[mistake.exercise]
+    for selection in (["-m", "not trained"], []):
+        first = FirstFailure()
+        pytest.main(
+            [
+                str(rootpath / exercise.tests), "--impl", "solutions", *selection,
+                f"--kata-patch={mistake.exercise}={patch}",
+                "-q", "-p", "no:cacheprovider", "-p", "no:unraisableexception",
+                "--tb=native", "-o", "addopts=",
+            ],
+            plugins=[first],
+        )
+        if first.test is not None:
+            break
+    return first
+
+
+def test_catalogue_is_large_and_covers_every_exercise():
+    assert len(MISTAKES) >= 25, f"only {len(MISTAKES)} mistakes catalogued"
+    ids = [(m.exercise, m.id) for m in MISTAKES]
+    assert len(ids) == len(set(ids)), "mistake ids must be unique within an exercise"
+    assert {m.exercise for m in MISTAKES} >= {"ex1", "ex2", "ex3"}
+
+
+def test_diagnosis_ids_are_kebab_case_and_each_names_one_mistake():
+    by_id: dict[str, list[str]] = {}
+    for m in MISTAKES:
+        by_id.setdefault(m.diagnosis, []).append(f"{m.exercise}/{m.id}")
+    assert all(m.diagnosis == m.diagnosis.lower() and " " not in m.diagnosis for m in MISTAKES)
+    exercises_per_id = {d: {name.split("/")[0] for name in names} for d, names in by_id.items()}
+    shared = {d: names for d, names in by_id.items() if len(exercises_per_id[d]) > 1
+              and d not in SHARED_DIAGNOSES}
+    assert not shared, f"diagnosis ids belong to one exercise (unless shared on purpose): {shared}"
+
+
+# Diagnoses that the same mistake earns in every exercise.
+SHARED_DIAGNOSES = {"not-a-tensor", "hook-left-on-model"}
+
+
+@pytest.mark.parametrize("mistake", MISTAKES, ids=lambda m: f"{m.exercise}-{m.id}")
+def test_mistake_is_caught_and_named(mistake, request, tmp_path, capsys):
+    first = run_tests_with_mistake(mistake, request.config.rootpath, tmp_path)
+    capsys.readouterr()  # the inner run's output is noise here
+    assert first.test is not None, (
+        f"no test of {mistake.exercise} fails when the learner {mistake.summary}"
+    )
+    assert first.diagnosis is not None, (
+        f"the first failing test for '{mistake.summary}' ({first.test}) reports a bare "
+        f"{first.error_type}, not a diagnosis about the learner's code: {first.last_line}"
+    )
+    assert first.diagnosis == mistake.diagnosis, (
+        f"the first failing test for '{mistake.summary}' ({first.test}) names the diagnosis "
+        f"{first.diagnosis!r}, expected {mistake.diagnosis!r}: {first.last_line}"
+    )
