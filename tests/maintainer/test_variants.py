@@ -1,0 +1,107 @@
+"""Every catalogued correct variant passes every test of its exercise: no false alarms.
+
+For each variant in ``tests/variants/exN.py``: run exercise N's tests against the solution with
+the variant planted (``--kata-patch``, the mechanism of ``test_mistakes.py``) and require that no
+test fails. A failure here is a false alarm in the exercise's tests (a check that demands one
+way of writing a correct answer): fix the test, not the variant, unless the variant is wrong.
+The runs happen in this process, so the session's models are loaded once for all of them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import textwrap
+
+import pytest
+
+from kata.diagnosis import diagnosis_of
+from kata.manifest import load_manifest
+from tests.variants import Variant
+
+pytestmark = pytest.mark.maintainer
+
+EXERCISES = {exercise.id: exercise for exercise in load_manifest()}
+MIN_VARIANTS_PER_EXERCISE = 4
+
+
+def catalogue() -> list[Variant]:
+    variants = []
+    for exercise_id in EXERCISES:
+        try:
+            module = importlib.import_module(f"tests.variants.{exercise_id}")
+        except ModuleNotFoundError:
+            continue
+        variants += module.VARIANTS
+    return variants
+
+
+VARIANTS = catalogue()
+
+
+class Outcomes:
+    """A pytest plugin object that keeps every failing test of a run (all phases) and counts."""
+
+    def __init__(self):
+        self.failures: list[str] = []
+        self.passed = 0
+        self.skipped = 0
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        report = outcome.get_result()
+        if report.failed:
+            error = call.excinfo.value if call.excinfo is not None else None
+            found = diagnosis_of(error)
+            lines = report.longreprtext.strip().splitlines()
+            last = lines[-1][:400] if lines else ""
+            named = f" [{found.id}]" if found is not None else ""
+            self.failures.append(f"{report.nodeid} ({report.when}){named}: {last}")
+        elif report.when == "call":
+            self.passed += report.passed
+            self.skipped += report.skipped
+        elif report.skipped:
+            self.skipped += 1
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.failures.append(f"collection of {report.nodeid} failed: {report.longreprtext[-400:]}")
+
+
+def run_tests_with_variant(variant: Variant, rootpath, tmp_path) -> Outcomes:
+    patch = tmp_path / f"{variant.exercise}_{variant.id}.py"
+    patch.write_text(textwrap.dedent(variant.code))
+    exercise = EXERCISES[variant.exercise]
+    outcomes = Outcomes()
+    pytest.main(
+        [
+            str(rootpath / exercise.tests), "--impl", "solutions",
+            f"--kata-patch={variant.exercise}={patch}",
+            "-q", "-p", "no:cacheprovider", "-p", "no:unraisableexception",
+            "--tb=native", "-o", "addopts=",
+        ],
+        plugins=[outcomes],
+    )
+    return outcomes
+
+
+def test_catalogue_has_enough_variants_for_every_exercise():
+    counts = {exercise_id: 0 for exercise_id in EXERCISES}
+    for variant in VARIANTS:
+        counts[variant.exercise] += 1
+    few = {exercise_id: n for exercise_id, n in counts.items() if n < MIN_VARIANTS_PER_EXERCISE}
+    assert not few, f"every exercise needs {MIN_VARIANTS_PER_EXERCISE} correct variants: {few}"
+    names = [variant.name for variant in VARIANTS]
+    assert len(names) == len(set(names)), "variant ids must be unique within an exercise"
+    assert all(variant.style for variant in VARIANTS), "say which learner style each variant shows"
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
+def test_correct_variant_passes_every_test(variant, request, tmp_path, capsys):
+    outcomes = run_tests_with_variant(variant, request.config.rootpath, tmp_path)
+    capsys.readouterr()  # the inner run's output is noise here
+    assert not outcomes.failures, (
+        f"a correct variant ({variant.style}) fails {len(outcomes.failures)} test(s) of "
+        f"{variant.exercise}: false alarms to fix in the tests:\n  " + "\n  ".join(outcomes.failures)
+    )
+    assert outcomes.passed > 0, f"no test of {variant.exercise} ran for the variant {variant.name}"
