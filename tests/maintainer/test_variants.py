@@ -9,6 +9,7 @@ The runs happen in this process, so the session's models are loaded once for all
 
 from __future__ import annotations
 
+import ast
 import importlib
 import textwrap
 
@@ -22,6 +23,27 @@ pytestmark = pytest.mark.maintainer
 
 EXERCISES = {exercise.id: exercise for exercise in load_manifest()}
 MIN_VARIANTS_PER_EXERCISE = 4
+
+# Slow tests (tens of SmolLM2 forward passes), run only for the variants that redefine one of the
+# functions they exercise; for the others they would only check the solution's code again.
+SLOW_TESTS = {
+    "tests/test_ex3_manipulation.py::test_smollm2_scaling_lowers_insect_at_most_blocks":
+        {"scaling_experiment", "make_scaling_hook", "next_token_log_probs"},
+}
+
+
+def defined_functions(variant: Variant) -> set[str]:
+    """The public functions a variant's code (re)defines."""
+    tree = ast.parse(textwrap.dedent(variant.code))
+    return {node.name for node in tree.body
+            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_")}
+
+
+def slow_tests_to_skip(variant: Variant) -> list[str]:
+    exercise = EXERCISES[variant.exercise]
+    defined = defined_functions(variant)
+    return [nodeid for nodeid, uses in SLOW_TESTS.items()
+            if nodeid.startswith(exercise.tests + "::") and not uses & defined]
 
 
 def catalogue() -> list[Variant]:
@@ -73,9 +95,10 @@ def run_tests_with_variant(variant: Variant, rootpath, tmp_path) -> Outcomes:
     patch.write_text(textwrap.dedent(variant.code))
     exercise = EXERCISES[variant.exercise]
     outcomes = Outcomes()
+    deselect = [f"--deselect={nodeid}" for nodeid in slow_tests_to_skip(variant)]
     pytest.main(
         [
-            str(rootpath / exercise.tests), "--impl", "solutions",
+            str(rootpath / exercise.tests), "--impl", "solutions", *deselect,
             f"--kata-patch={variant.exercise}={patch}",
             "-q", "-p", "no:cacheprovider", "-p", "no:unraisableexception",
             "--tb=native", "-o", "addopts=",
@@ -94,6 +117,11 @@ def test_catalogue_has_enough_variants_for_every_exercise():
     names = [variant.name for variant in VARIANTS]
     assert len(names) == len(set(names)), "variant ids must be unique within an exercise"
     assert all(variant.style for variant in VARIANTS), "say which learner style each variant shows"
+    for variant in VARIANTS:
+        exercise = EXERCISES[variant.exercise]
+        assert defined_functions(variant) <= set(exercise.functions), (
+            f"{variant.name} may redefine only {exercise.id}'s public functions "
+            f"{exercise.functions}, it defines {sorted(defined_functions(variant))}")
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)

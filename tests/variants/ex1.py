@@ -192,6 +192,34 @@ def plot_token_activations(hidden_states, token_index, token_label):
     return fig
 '''
 
+# The last block's output caught where it arrives: a forward pre-hook on the final norm (its
+# input is the last block's output); the embeddings as rows of the weight tables.
+_FINAL_NORM_PRE_HOOK = '''
+def embedding_layer_output(model, input_ids):
+    ids = kata.one_sequence(input_ids, model)[0]
+    with torch.no_grad():
+        vectors = model.get_input_embeddings().weight[ids]
+        if hasattr(model, "transformer") and hasattr(model.transformer, "wpe"):
+            vectors = vectors + model.transformer.wpe.weight[: len(ids)]
+    return vectors.float().cpu()
+
+
+def raw_last_block_output(model, tokens):
+    input_ids = kata.one_sequence(tokens["input_ids"], model)
+    seen = {}
+
+    def before_norm(module, args):
+        seen["x"] = args[0].detach()
+
+    handle = kata.final_norm(model).register_forward_pre_hook(before_norm)
+    try:
+        with torch.no_grad():
+            model(input_ids)
+    finally:
+        handle.remove()
+    return seen["x"][0].float().cpu()
+'''
+
 VARIANTS = [
     Variant(
         id="notebook-pyplot",
@@ -226,5 +254,12 @@ VARIANTS = [
         style="torch.stack(dim=1).squeeze(0), plt.subplots with ax.scatter(marker='s') for "
         "the variances, ax.set(...)",
         code=_SUBPLOTS_SCATTER_SQUARES,
+    ),
+    Variant(
+        id="final-norm-pre-hook",
+        exercise="ex1",
+        style="the raw output caught by a forward pre-hook on the final norm, the embeddings "
+        "as rows of the weight tables",
+        code=_FINAL_NORM_PRE_HOOK,
     ),
 ]
