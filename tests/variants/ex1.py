@@ -220,6 +220,32 @@ def raw_last_block_output(model, tokens):
     return seen["x"][0].float().cpu()
 '''
 
+# The config as a dict, the forward pass under torch.inference_mode, the variance in float64
+# numpy (the docstring names no dtype).
+_CONFIG_DICT_INFERENCE_MODE = '''
+import numpy as np
+
+
+def model_summary(model):
+    cfg = model.config.to_dict()
+    pick = lambda *names: next(cfg[name] for name in names if name in cfg)
+    return {"n_layers": pick("n_layer", "num_hidden_layers"), "d_model": pick("n_embd", "hidden_size"),
+            "n_heads": pick("n_head", "num_attention_heads"), "vocab_size": cfg["vocab_size"]}
+
+
+def get_hidden_states(model, tokens):
+    input_ids = kata.one_sequence(tokens["input_ids"], model)
+    with torch.inference_mode():
+        states = model(input_ids, output_hidden_states=True).hidden_states
+        return torch.stack([s.squeeze(0) for s in states]).float().cpu()
+
+
+def activation_variance(hidden_states, token_index):
+    token_index = kata.token_index(token_index, hidden_states.shape[1])
+    rows = hidden_states[:, token_index, :].double().numpy()
+    return torch.tensor([np.var(row, ddof=1) for row in rows])
+'''
+
 VARIANTS = [
     Variant(
         id="notebook-pyplot",
@@ -261,5 +287,12 @@ VARIANTS = [
         style="the raw output caught by a forward pre-hook on the final norm, the embeddings "
         "as rows of the weight tables",
         code=_FINAL_NORM_PRE_HOOK,
+    ),
+    Variant(
+        id="config-dict-inference-mode",
+        exercise="ex1",
+        style="model.config.to_dict() with a name fallback, torch.inference_mode, the variance "
+        "per layer in a float64 numpy loop",
+        code=_CONFIG_DICT_INFERENCE_MODE,
     ),
 ]

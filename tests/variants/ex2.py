@@ -219,6 +219,45 @@ def plot_token_similarity(hidden_states, layers, token_labels, vmin=0.5, vmax=1.
     return fig
 '''
 
+# itertools.combinations for the pairs, einsum with a torch.where guard for zero lengths,
+# figure 7 drawn with matshow and one colour bar per panel.
+_COMBINATIONS_EINSUM = '''
+from itertools import combinations
+
+
+def cosine_similarity_matrix(vectors):
+    if vectors.dim() != 2:
+        raise ValueError(f"vectors has shape {tuple(vectors.shape)}; expected (n, d)")
+    lengths = torch.linalg.vector_norm(vectors, dim=1)
+    lengths = torch.where(lengths == 0, torch.ones_like(lengths), lengths)
+    unit = vectors / lengths[:, None]
+    return torch.einsum("id,jd->ij", unit, unit)
+
+
+def laminar_profile(hidden_states, skip_first=True):
+    first = 1 if skip_first else 0
+    pairs = list(combinations(range(first, hidden_states.shape[1]), 2))
+    profile = torch.empty(hidden_states.shape[0], len(pairs))
+    for layer in range(hidden_states.shape[0]):
+        sims = token_similarity(hidden_states, layer)
+        for p, (i, j) in enumerate(pairs):
+            profile[layer, p] = sims[i, j]
+    return profile
+
+
+def plot_layer_similarity(hidden_states, token_indices, token_labels, vmin=0.8, vmax=1.0):
+    fig, axes = plt.subplots(1, len(token_indices), figsize=(4 * len(token_indices), 4),
+                             squeeze=False)
+    for ax, t in zip(axes[0], token_indices):
+        image = ax.matshow(layer_similarity(hidden_states, t).numpy(), cmap="plasma",
+                           vmin=vmin, vmax=vmax, origin="lower")
+        ax.set_title(f"token {t}: {token_labels[t]!r}")
+        ax.set_xlabel("layer")
+        ax.set_ylabel("layer")
+        fig.colorbar(image, ax=ax, shrink=0.8)
+    return fig
+'''
+
 VARIANTS = [
     Variant(
         id="f-cosine-broadcast",
@@ -260,5 +299,12 @@ VARIANTS = [
         style="F.normalize and one batched product for all layers, [:, rows, cols], capitalised "
         "titles, plt.sca + plt.imshow + plt.colorbar()",
         code=_NORMALIZE_BATCHED,
+    ),
+    Variant(
+        id="combinations-einsum",
+        exercise="ex2",
+        style="itertools.combinations for the pairs, einsum with a torch.where zero guard, "
+        "matshow with one colour bar per panel",
+        code=_COMBINATIONS_EINSUM,
     ),
 ]

@@ -202,6 +202,43 @@ def plot_scaling_experiment(values, clean_value):
     return fig
 '''
 
+# A hook that clones before scaling in place (clone().mul_() is a new tensor), the forward pass
+# under torch.inference_mode, token counts from tokenizer.tokenize, and the clean line of
+# figure 11 drawn with ax.hlines.
+_CLONE_INFERENCE_HLINES = '''
+def text_stats(tokenizer, text):
+    pieces = tokenizer.tokenize(text)
+    return {"chars": len(text), "unique_chars": len(set(text)),
+            "tokens": len(pieces), "unique_tokens": len(set(pieces))}
+
+
+def make_scaling_hook(factor):
+    def hook(module, inputs, output):
+        if isinstance(output, tuple):
+            return (output[0].clone().mul_(factor),) + output[1:]
+        return output.clone().mul_(factor)
+    return hook
+
+
+def next_token_log_probs(model, input_ids):
+    input_ids = kata.one_sequence(input_ids, model)
+    with torch.inference_mode():
+        logits = model(input_ids).logits[0, -1]
+        return torch.log_softmax(logits.float(), dim=-1).cpu()
+
+
+def plot_scaling_experiment(values, clean_value):
+    fig, ax = plt.subplots(figsize=(9, 3))
+    n = len(values)
+    ax.plot(range(n), values, "o")
+    ax.hlines(clean_value, 0, n - 1, linestyles="dashed", colors="gray",
+              label=f"clean ({clean_value:.3f})")
+    ax.set_xlabel("Transformer block")
+    ax.set_ylabel("Log softmax")
+    ax.legend()
+    return fig
+'''
+
 VARIANTS = [
     Variant(
         id="is-tensor-model-layers",
@@ -244,5 +281,12 @@ VARIANTS = [
         style="the log-softmax of the model's logits inside the loop, a lambda hook; figure 11 "
         "with diamond markers, a dashed ax.plot for the clean line, longer axis labels",
         code=_LOGITS_IN_THE_LOOP,
+    ),
+    Variant(
+        id="clone-inference-hlines",
+        exercise="ex3",
+        style="clone().mul_() in the hook, torch.inference_mode, tokenizer.tokenize counts, "
+        "the clean line drawn with ax.hlines",
+        code=_CLONE_INFERENCE_HLINES,
     ),
 ]

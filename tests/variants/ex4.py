@@ -156,6 +156,34 @@ def fast_scaling_experiment(model, input_ids, target_id, factor=0.8):
     return logits.float().log_softmax(-1)[1:, target_id].cpu()
 '''
 
+# torch.inference_mode, the clean row taken with narrow, the rows' log-softmax with
+# torch.nn.functional, the result returned from inside the try.
+_INFERENCE_MODE_NARROW = '''
+import torch.nn.functional as F
+
+
+def fast_scaling_experiment(model, input_ids, target_id, factor=0.8):
+    input_ids = kata.one_sequence(input_ids, model)
+    target_id = kata.token_id(target_id, model.config.vocab_size)
+
+    def hook(module, inputs, output):
+        hidden = output[0] if isinstance(output, tuple) else output
+        hidden = torch.cat([hidden, hidden.narrow(0, 0, 1) * factor])
+        return (hidden,) + tuple(output[1:]) if isinstance(output, tuple) else hidden
+
+    handles = []
+    try:
+        for block in kata.blocks(model):
+            handles.append(block.register_forward_hook(hook, prepend=True))
+        with torch.inference_mode():
+            final = model.base_model(input_ids=input_ids, use_cache=False)[0]
+            logits = model.get_output_embeddings()(final[:, -1])
+            return F.log_softmax(logits.float(), dim=-1)[1:, target_id].cpu()
+    finally:
+        for handle in handles:
+            handle.remove()
+'''
+
 VARIANTS = [
     Variant(
         id="is-tensor-cat",
@@ -189,5 +217,12 @@ VARIANTS = [
         exercise="ex4",
         style="the whole model called with logits_to_keep=1 instead of base_model + unembedding",
         code=_LOGITS_TO_KEEP,
+    ),
+    Variant(
+        id="inference-mode-narrow",
+        exercise="ex4",
+        style="torch.inference_mode, hidden.narrow(0, 0, 1), F.log_softmax, the return inside "
+        "the try",
+        code=_INFERENCE_MODE_NARROW,
     ),
 ]
