@@ -133,3 +133,14 @@ def test_correct_variant_passes_every_test(variant, request, tmp_path, capsys):
         f"{variant.exercise}: false alarms to fix in the tests:\n  " + "\n  ".join(outcomes.failures)
     )
     assert outcomes.passed > 0, f"no test of {variant.exercise} ran for the variant {variant.name}"
+
+
+def test_the_check_reports_a_wrong_variant(request, tmp_path, capsys):
+    """The harness itself: a catalogued mistake planted as a "variant" must show failures."""
+    from tests.mistakes.ex4 import MISTAKES as EX4_MISTAKES
+
+    mistake = next(m for m in EX4_MISTAKES if m.id == "clean-row-kept")
+    wrong = Variant(id="wrong", exercise="ex4", style="a mistake in disguise", code=mistake.code)
+    outcomes = run_tests_with_variant(wrong, request.config.rootpath, tmp_path)
+    capsys.readouterr()
+    assert any("clean-row-kept" in failure for failure in outcomes.failures), outcomes.failures

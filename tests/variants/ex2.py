@@ -258,6 +258,41 @@ def plot_layer_similarity(hidden_states, token_indices, token_labels, vmin=0.8, 
     return fig
 '''
 
+# Indexing first and turning torch's IndexError into the learner's own message; np.ravel of
+# plt.subplots' axes (a single Axes when there is one panel); xticks set with plt.xticks.
+_REINDEX_ERROR = '''
+def _checked(index, n, what):
+    try:
+        range(n)[index]
+    except IndexError:
+        raise IndexError(f"{what} {index} does not exist: valid values are -{n} to {n - 1}") from None
+    return index
+
+
+def layer_similarity(hidden_states, token_index):
+    _checked(token_index, hidden_states.shape[1], "token")
+    return cosine_similarity_matrix(hidden_states[:, token_index, :])
+
+
+def token_similarity(hidden_states, layer):
+    _checked(layer, hidden_states.shape[0], "layer")
+    return cosine_similarity_matrix(hidden_states[layer])
+
+
+def plot_token_similarity(hidden_states, layers, token_labels, vmin=0.5, vmax=1.0):
+    fig, axes = plt.subplots(1, len(layers), figsize=(5 * len(layers), 5))
+    axes = np.ravel(axes)
+    for ax, layer in zip(axes, layers):
+        plt.sca(ax)
+        image = plt.imshow(token_similarity(hidden_states, layer), cmap="plasma", vmin=vmin,
+                           vmax=vmax)
+        plt.title(f"layer {layer}" + (" (embeddings)" if layer == 0 else ""))
+        plt.xticks(range(len(token_labels)), token_labels, rotation="vertical")
+        plt.yticks(range(len(token_labels)), token_labels)
+    fig.colorbar(image, ax=axes.tolist())
+    return fig
+'''
+
 VARIANTS = [
     Variant(
         id="f-cosine-broadcast",
@@ -306,5 +341,12 @@ VARIANTS = [
         style="itertools.combinations for the pairs, einsum with a torch.where zero guard, "
         "matshow with one colour bar per panel",
         code=_COMBINATIONS_EINSUM,
+    ),
+    Variant(
+        id="reraised-index-error",
+        exercise="ex2",
+        style="the index tried on range(n) and the IndexError re-raised with the valid range, "
+        "np.ravel(axes), plt.xticks(rotation='vertical')",
+        code=_REINDEX_ERROR,
     ),
 ]

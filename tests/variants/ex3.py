@@ -239,6 +239,17 @@ def plot_scaling_experiment(values, clean_value):
     return fig
 '''
 
+# tokenizer.batch_decode of the top ids (one id per row), pairs built with zip and tolist().
+_BATCH_DECODE = '''
+def top_next_tokens(model, tokenizer, input_ids, k=21):
+    input_ids = kata.one_sequence(input_ids, model)
+    with torch.no_grad():
+        logits = model(input_ids).logits[0, -1]
+    values, ids = torch.topk(logits, k=k)
+    texts = tokenizer.batch_decode(ids.unsqueeze(-1))
+    return list(zip(texts, values.tolist()))
+'''
+
 VARIANTS = [
     Variant(
         id="is-tensor-model-layers",
@@ -288,5 +299,11 @@ VARIANTS = [
         style="clone().mul_() in the hook, torch.inference_mode, tokenizer.tokenize counts, "
         "the clean line drawn with ax.hlines",
         code=_CLONE_INFERENCE_HLINES,
+    ),
+    Variant(
+        id="batch-decode",
+        exercise="ex3",
+        style="tokenizer.batch_decode of the top ids as rows, list(zip(texts, values.tolist()))",
+        code=_BATCH_DECODE,
     ),
 ]
