@@ -116,7 +116,7 @@ def test_catalogue_has_enough_variants_for_every_exercise():
     assert not few, f"every exercise needs {MIN_VARIANTS_PER_EXERCISE} correct variants: {few}"
     names = [variant.name for variant in VARIANTS]
     assert len(names) == len(set(names)), "variant ids must be unique within an exercise"
-    assert all(variant.style for variant in VARIANTS), "say which learner style each variant shows"
+    assert all(variant.summary for variant in VARIANTS), "say which learner style each variant shows"
     for variant in VARIANTS:
         exercise = EXERCISES[variant.exercise]
         assert defined_functions(variant) <= set(exercise.functions), (
@@ -129,7 +129,7 @@ def test_correct_variant_passes_every_test(variant, request, tmp_path, capsys):
     outcomes = run_tests_with_variant(variant, request.config.rootpath, tmp_path)
     capsys.readouterr()  # the inner run's output is noise here
     assert not outcomes.failures, (
-        f"a correct variant ({variant.style}) fails {len(outcomes.failures)} test(s) of "
+        f"a correct variant ({variant.summary}) fails {len(outcomes.failures)} test(s) of "
         f"{variant.exercise}: false alarms to fix in the tests:\n  " + "\n  ".join(outcomes.failures)
     )
     assert outcomes.passed > 0, f"no test of {variant.exercise} ran for the variant {variant.name}"
@@ -140,7 +140,7 @@ def test_the_check_reports_a_wrong_variant(request, tmp_path, capsys):
     from tests.mistakes.ex4 import MISTAKES as EX4_MISTAKES
 
     mistake = next(m for m in EX4_MISTAKES if m.id == "clean-row-kept")
-    wrong = Variant(id="wrong", exercise="ex4", style="a mistake in disguise", code=mistake.code)
+    wrong = Variant(id="wrong", exercise="ex4", summary="a mistake in disguise", code=mistake.code)
     outcomes = run_tests_with_variant(wrong, request.config.rootpath, tmp_path)
     capsys.readouterr()
     assert any("clean-row-kept" in failure for failure in outcomes.failures), outcomes.failures

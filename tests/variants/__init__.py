@@ -21,7 +21,7 @@ from dataclasses import dataclass
 class Variant:
     id: str  # a short slug, unique within the exercise: "notebook-pyplot"
     exercise: str  # the manifest id: "ex1"
-    style: str  # what learner style it shows, in plain words
+    summary: str  # the learner style it shows, in plain words
     code: str  # replacement definition(s), executed in the solution module's namespace
 
     @property

@@ -250,48 +250,48 @@ VARIANTS = [
     Variant(
         id="notebook-pyplot",
         exercise="ex1",
-        style="the notebook's pyplot: plt.figure + plt.subplot, plt.plot(x, y, 'o') per layer, "
+        summary="the notebook's pyplot: plt.figure + plt.subplot, plt.plot(x, y, 'o') per layer, "
         "one plt.plot call per variance square, plt.gcf()",
         code=_NOTEBOOK_PYPLOT,
     ),
     Variant(
         id="attribute-names",
         exercise="ex1",
-        style="GPT-2 config names with a fallback, torch.cat of the hidden states, "
+        summary="GPT-2 config names with a fallback, torch.cat of the hidden states, "
         "model.model.layers / model.transformer.h, a torch.is_tensor hook, own length check",
         code=_ATTRIBUTE_NAMES,
     ),
     Variant(
         id="numpy-round-trip",
         exercise="ex1",
-        style="np.stack of the hidden states, np.var(ddof=1), the token index checked by hand",
+        summary="np.stack of the hidden states, np.var(ddof=1), the token index checked by hand",
         code=_NUMPY_ROUND_TRIP,
     ),
     Variant(
         id="by-hand",
         exercise="ex1",
-        style="a plain dict from tokenize, the variance as a mean squared deviation, "
+        summary="a plain dict from tokenize, the variance as a mean squared deviation, "
         "Figure.add_subplot, one scatter call for all dots, squares joined by a line",
         code=_BY_HAND,
     ),
     Variant(
         id="subplots-scatter-squares",
         exercise="ex1",
-        style="torch.stack(dim=1).squeeze(0), plt.subplots with ax.scatter(marker='s') for "
+        summary="torch.stack(dim=1).squeeze(0), plt.subplots with ax.scatter(marker='s') for "
         "the variances, ax.set(...)",
         code=_SUBPLOTS_SCATTER_SQUARES,
     ),
     Variant(
         id="final-norm-pre-hook",
         exercise="ex1",
-        style="the raw output caught by a forward pre-hook on the final norm, the embeddings "
+        summary="the raw output caught by a forward pre-hook on the final norm, the embeddings "
         "as rows of the weight tables",
         code=_FINAL_NORM_PRE_HOOK,
     ),
     Variant(
         id="config-dict-inference-mode",
         exercise="ex1",
-        style="model.config.to_dict() with a name fallback, torch.inference_mode, the variance "
+        summary="model.config.to_dict() with a name fallback, torch.inference_mode, the variance "
         "per layer in a float64 numpy loop",
         code=_CONFIG_DICT_INFERENCE_MODE,
     ),

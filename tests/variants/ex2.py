@@ -297,55 +297,55 @@ VARIANTS = [
     Variant(
         id="f-cosine-broadcast",
         exercise="ex2",
-        style="F.cosine_similarity by broadcasting, a boolean triu mask for the pairs, "
+        summary="F.cosine_similarity by broadcasting, a boolean triu mask for the pairs, "
         "plt.figure + fig.add_subplot for figure 7",
         code=_F_COSINE_BROADCAST,
     ),
     Variant(
         id="python-loops",
         exercise="ex2",
-        style="plain Python loops over pairs, one F.cosine_similarity each, the profile "
+        summary="plain Python loops over pairs, one F.cosine_similarity each, the profile "
         "stacked along dimension 1, the token index checked by hand",
         code=_PYTHON_LOOPS,
     ),
     Variant(
         id="numpy-round-trip",
         exercise="ex2",
-        style="norms and matrix product in numpy, np.triu_indices, torch.cat of (1, P) rows",
+        summary="norms and matrix product in numpy, np.triu_indices, torch.cat of (1, P) rows",
         code=_NUMPY_ROUND_TRIP,
     ),
     Variant(
         id="notebook-plots",
         exercise="ex2",
-        style="figure 8 with set_xticklabels and plt.colorbar; figure 9 with ax.plot(x, y, 'o') "
+        summary="figure 8 with set_xticklabels and plt.colorbar; figure 9 with ax.plot(x, y, 'o') "
         "per layer and a mean line drawn with markers",
         code=_NOTEBOOK_PLOTS,
     ),
     Variant(
         id="transpose-one-scatter",
         exercise="ex2",
-        style="transpose then index, pairs stacked as columns, one plt.scatter for the whole "
+        summary="transpose then index, pairs stacked as columns, one plt.scatter for the whole "
         "cloud, plt.plot mean line, plt.gcf()",
         code=_TRANSPOSE_AND_ONE_SCATTER,
     ),
     Variant(
         id="normalize-batched",
         exercise="ex2",
-        style="F.normalize and one batched product for all layers, [:, rows, cols], capitalised "
+        summary="F.normalize and one batched product for all layers, [:, rows, cols], capitalised "
         "titles, plt.sca + plt.imshow + plt.colorbar()",
         code=_NORMALIZE_BATCHED,
     ),
     Variant(
         id="combinations-einsum",
         exercise="ex2",
-        style="itertools.combinations for the pairs, einsum with a torch.where zero guard, "
+        summary="itertools.combinations for the pairs, einsum with a torch.where zero guard, "
         "matshow with one colour bar per panel",
         code=_COMBINATIONS_EINSUM,
     ),
     Variant(
         id="reraised-index-error",
         exercise="ex2",
-        style="the index tried on range(n) and the IndexError re-raised with the valid range, "
+        summary="the index tried on range(n) and the IndexError re-raised with the valid range, "
         "np.ravel(axes), plt.xticks(rotation='vertical')",
         code=_REINDEX_ERROR,
     ),

@@ -254,56 +254,56 @@ VARIANTS = [
     Variant(
         id="is-tensor-model-layers",
         exercise="ex3",
-        style="a torch.is_tensor hook with .mul, model.model.layers / model.transformer.h, "
+        summary="a torch.is_tensor hook with .mul, model.model.layers / model.transformer.h, "
         "target_id checked by hand, .item() values turned into a tensor",
         code=_IS_TENSOR_AND_MODEL_LAYERS,
     ),
     Variant(
         id="numpy-and-tokenize",
         exercise="ex3",
-        style="np.argsort for the top tokens with float(), tokenizer.tokenize for the target, "
+        summary="np.argsort for the top tokens with float(), tokenizer.tokenize for the target, "
         "torch.unique for the distinct ids of a tensor",
         code=_NUMPY_AND_TOKENIZE,
     ),
     Variant(
         id="by-hand",
         exercise="ex3",
-        style="input checks by hand, F.log_softmax on logits[:, -1, :], a hook unpacking "
+        summary="input checks by hand, F.log_softmax on logits[:, -1, :], a hook unpacking "
         "hidden, *rest = output for tuples only, 0-d values stacked, handles in a list",
         code=_BY_HAND,
     ),
     Variant(
         id="notebook-pyplot",
         exercise="ex3",
-        style="figure 11 in pyplot: one plt.plot per block, plt.axhline, plt.legend, plt.gcf(); "
+        summary="figure 11 in pyplot: one plt.plot per block, plt.axhline, plt.legend, plt.gcf(); "
         "tokenizer.encode and a Counter",
         code=_NOTEBOOK_PYPLOT,
     ),
     Variant(
         id="scatter-and-logsumexp",
         exercise="ex3",
-        style="ax.scatter markers with the clean value as a text, log-softmax as logits minus "
+        summary="ax.scatter markers with the clean value as a text, log-softmax as logits minus "
         "logsumexp, Tensor.topk with .item()",
         code=_SCATTER_AND_LOGSUMEXP,
     ),
     Variant(
         id="logits-in-the-loop",
         exercise="ex3",
-        style="the log-softmax of the model's logits inside the loop, a lambda hook; figure 11 "
+        summary="the log-softmax of the model's logits inside the loop, a lambda hook; figure 11 "
         "with diamond markers, a dashed ax.plot for the clean line, longer axis labels",
         code=_LOGITS_IN_THE_LOOP,
     ),
     Variant(
         id="clone-inference-hlines",
         exercise="ex3",
-        style="clone().mul_() in the hook, torch.inference_mode, tokenizer.tokenize counts, "
+        summary="clone().mul_() in the hook, torch.inference_mode, tokenizer.tokenize counts, "
         "the clean line drawn with ax.hlines",
         code=_CLONE_INFERENCE_HLINES,
     ),
     Variant(
         id="batch-decode",
         exercise="ex3",
-        style="tokenizer.batch_decode of the top ids as rows, list(zip(texts, values.tolist()))",
+        summary="tokenizer.batch_decode of the top ids as rows, list(zip(texts, values.tolist()))",
         code=_BATCH_DECODE,
     ),
 ]

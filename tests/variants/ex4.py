@@ -188,40 +188,40 @@ VARIANTS = [
     Variant(
         id="is-tensor-cat",
         exercise="ex4",
-        style="a torch.is_tensor hook growing the batch with torch.cat and .mul",
+        summary="a torch.is_tensor hook growing the batch with torch.cat and .mul",
         code=_IS_TENSOR_CAT,
     ),
     Variant(
         id="model-layers-by-name",
         exercise="ex4",
-        style="model.model.layers / model.transformer.h and model.lm_head by name, "
+        summary="model.model.layers / model.transformer.h and model.lm_head by name, "
         "hidden, *rest = output for tuples, outputs[0], target id checked by hand",
         code=_MODEL_LAYERS_BY_NAME,
     ),
     Variant(
         id="stack-rows",
         exercise="ex4",
-        style="torch.stack of the unbound rows plus the new one, the last position kept as "
+        summary="torch.stack of the unbound rows plus the new one, the last position kept as "
         "(rows, 1, d), handles popped from a list",
         code=_STACK_ROWS,
     ),
     Variant(
         id="by-hand-numpy",
         exercise="ex4",
-        style="every input check by hand, the vocabulary read from the unembedding, the "
+        summary="every input check by hand, the vocabulary read from the unembedding, the "
         "log-softmax in float64 numpy",
         code=_BY_HAND_NUMPY,
     ),
     Variant(
         id="logits-to-keep",
         exercise="ex4",
-        style="the whole model called with logits_to_keep=1 instead of base_model + unembedding",
+        summary="the whole model called with logits_to_keep=1 instead of base_model + unembedding",
         code=_LOGITS_TO_KEEP,
     ),
     Variant(
         id="inference-mode-narrow",
         exercise="ex4",
-        style="torch.inference_mode, hidden.narrow(0, 0, 1), F.log_softmax, the return inside "
+        summary="torch.inference_mode, hidden.narrow(0, 0, 1), F.log_softmax, the return inside "
         "the try",
         code=_INFERENCE_MODE_NARROW,
     ),
