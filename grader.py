@@ -1,6 +1,8 @@
-"""Grade the hidden-states kata: ``python grader.py`` (learners) or ``--submissions`` (instructors).
+"""Grade the hidden-states kata: ``python grader.py [status|hint|watch|figures|reset]`` (learners)
+or ``python grader.py batch SUBMISSIONS...`` (instructors).
 
-Run ``python grader.py --help`` for every option; the work is done in ``kata/grading/``.
+Run ``python grader.py --help`` (or ``python grader.py COMMAND --help``) for every option; the
+work is done in ``kata/grading/``.
 """
 
 import sys

@@ -3,6 +3,7 @@
 #   bash run.sh grade [grader options]   set up (first time only), then run the grader
 #   bash run.sh test  [pytest options]   set up (first time only), then run the maintainer suite
 #   bash run.sh setup                    only set up
+#   bash run.sh pytest|python [args]     run pytest or python in the kata's environment
 # Set-up makes a virtual environment (.venv, or KATA_VENV), installs torch (KATA_TORCH, default
 # torch==2.13.0), the kata and its dependencies (plus KATA_TRANSFORMERS, e.g. 'transformers==4.57.*',
 # to pin the transformers line; KATA_FLOORS=1 installs the lowest declared version of every direct
@@ -40,14 +41,32 @@ setup() {
     echo "$wanted" > "$stamp"
 }
 
+# An optional extra of pyproject.toml (dev: what the maintainer tests use), installed once.
+extra() {
+    local stamp="$VENV/.kata-extra-$1"
+    local wanted
+    wanted="$(cat "$VENV/.kata-setup") $1"
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$wanted" ]; then
+        return
+    fi
+    # shellcheck disable=SC2086
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[$1]" $TRANSFORMERS
+    echo "$wanted" > "$stamp"
+}
+
 command="${1:-}"
 shift || true
 case "$command" in
-    setup) setup ;;
+    setup)
+        setup
+        echo "kata: ready. Activate it in each terminal with: source $VENV/bin/activate" >&2
+        ;;
+    pytest) setup; exec "$VENV/bin/python" -m pytest "$@" ;;
+    python) setup; exec "$VENV/bin/python" "$@" ;;
     grade) setup; exec "$VENV/bin/python" grader.py "$@" ;;
-    test) setup; exec "$VENV/bin/python" -m pytest --impl solutions "$@" ;;
+    test) setup; extra dev; exec "$VENV/bin/python" -m pytest --impl solutions "$@" ;;
     *)
-        echo "usage: bash run.sh grade|test|setup [options]" >&2
+        echo "usage: bash run.sh grade|test|setup|pytest|python [options]" >&2
         exit 2
         ;;
 esac

@@ -1,7 +1,7 @@
 """Build 20 synthetic submissions for timing and checking the batch grader.
 
     python benchmarks/make_submissions.py /tmp/submissions [--count 20]
-    python grader.py --submissions /tmp/submissions/* -j 2 --csv grades.csv --json grades.json
+    python grader.py batch /tmp/submissions/* -j 2 --csv grades.csv --json grades.json
 
 They are the reference solutions with one thing changed (see kata/grading/synthetic.py): some
 correct in each layout the grader accepts (a copy of the repo, a folder holding exercises/, the

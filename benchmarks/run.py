@@ -95,14 +95,14 @@ for exercise in load_manifest():
 
 
 def warm_rows(runs: int) -> list[tuple[str, str, str]]:
-    """What `grader.py --watch --warm` costs per save: one exercise's tests in a warm process."""
+    """What `grader.py watch --warm` costs per save: one exercise's tests in a warm process."""
     run = subprocess.run([sys.executable, "-c", WARM_RERUNS, str(runs)], cwd=ROOT,
                          capture_output=True, text=True, check=True)
     rows = []
     for line in run.stdout.splitlines():
         if line.startswith("WARM "):
             _, tests, seconds = line.split()
-            rows.append((f"re-run of {tests} in a warm process (grader.py --watch --warm)",
+            rows.append((f"re-run of {tests} in a warm process (grader.py watch --warm)",
                          f"{float(seconds):.1f} s (median of {runs})", "<= 3 s"))
     return rows
 
@@ -134,7 +134,7 @@ def grader_rows(count: int) -> list[tuple[str, str, str]]:
         subprocess.run([sys.executable, str(maker), str(folder), "--count", str(count)], cwd=ROOT, check=True,
                        capture_output=True)
         submissions = sorted(str(p) for p in folder.iterdir())
-        seconds, code, _ = timed_run([sys.executable, "grader.py", "-j", "2", "--submissions", *submissions])
+        seconds, code, _ = timed_run([sys.executable, "grader.py", "batch", *submissions, "-j", "2"])
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return [(f"grader: {len(submissions)} synthetic submissions, -j 2", f"{seconds:.0f} s", "")]

@@ -1,3 +1,6 @@
+# Your exercise file: replace each `raise NotImplementedError` with your code.
+# Generated from solutions/ex1_hidden_states.py by `python -m kata.stubs`.
+# (Maintainers: edit the solution and regenerate, not this file.)
 """Exercise 1: extracting and inspecting hidden states.
 
 Follows the post's "Python demo 1: Inspecting hidden states" and its figure 6.
@@ -97,7 +100,8 @@ def raw_last_block_output(model, tokens) -> torch.Tensor:
     applies its final norm (``kata.final_norm(model)``) first. Capture the block's output with a
     temporary forward hook on ``kata.blocks(model)[-1]``, and remove the hook in a ``finally``
     block so it never outlives this call, even when the forward pass fails. Raises ``ValueError``
-    for a text longer than the model's context.
+    for a text longer than the model's context (``kata.one_sequence(input_ids, model)`` checks
+    the token ids of one text and returns them as (1, T) on the model's device).
 
     Hint: a block returns a tuple ``(hidden, ...)`` in older transformers and a plain tensor
     (1, T, d_model) in newer ones: take ``output[0]`` only when the output is a tuple.
@@ -117,7 +121,9 @@ def activation_variance(hidden_states: torch.Tensor, token_index: int) -> torch.
     ``hidden_states`` is (n_layers + 1, T, d_model). Returns (n_layers + 1,): entry i is the
     variance of the d_model numbers of token ``token_index`` at layer i. This is the sample
     (unbiased) variance, dividing by d_model - 1, which is what ``torch.var`` computes by
-    default. Raises ``IndexError`` naming the valid range when ``token_index`` is not a token.
+    default. A negative ``token_index`` counts from the end, as in Python. Raises ``IndexError``
+    naming the valid range (``-T..T-1``) when ``token_index`` is not a token:
+    ``kata.token_index(token_index, T)`` makes that check, the kata's one rule for token indices.
 
     Hint: select the token first (``hidden_states[:, token_index, :]`` is (n_layers + 1,
     d_model)), then take the variance along the last dimension, not across the layers.

@@ -1,3 +1,6 @@
+# Your exercise file: replace each `raise NotImplementedError` with your code.
+# Generated from solutions/ex2_cosine_similarity.py by `python -m kata.stubs`.
+# (Maintainers: edit the solution and regenerate, not this file.)
 """Exercise 2: cosine similarities within and across layers.
 
 A hidden state is one vector per token per layer. Cosine similarity compares two vectors by
@@ -18,6 +21,8 @@ embedding layer, layer ``n_layers`` the last block (after the final norm).
 import matplotlib.pyplot as plt  # noqa: F401 - for the plots
 import numpy as np  # noqa: F401 - for the jitter
 import torch
+
+import kata  # noqa: F401
 
 #: Smallest vector length used in a division, so that a zero vector gives 0 instead of NaN.
 EPS = 1e-8
@@ -52,7 +57,7 @@ def layer_similarity(hidden_states: torch.Tensor, token_index: int) -> torch.Ten
 
     Args:
         hidden_states: ``(n_layers + 1, T, d_model)``.
-        token_index: which token, ``0 <= token_index < T``.
+        token_index: which token, ``-T <= token_index < T`` (negative counts from the end).
 
     Returns:
         ``(n_layers + 1, n_layers + 1)``: entry ``[a, b]`` is the cosine similarity between the
@@ -74,7 +79,8 @@ def token_similarity(hidden_states: torch.Tensor, layer: int) -> torch.Tensor:
 
     Args:
         hidden_states: ``(n_layers + 1, T, d_model)``.
-        layer: which layer, ``0 <= layer <= n_layers`` (0 is the embedding layer).
+        layer: which layer, ``-(n_layers + 1) <= layer <= n_layers`` (0 is the embedding
+            layer, -1 the last).
 
     Returns:
         ``(T, T)``: entry ``[i, j]`` is the cosine similarity of token ``i`` and token ``j``

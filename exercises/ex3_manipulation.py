@@ -1,3 +1,6 @@
+# Your exercise file: replace each `raise NotImplementedError` with your code.
+# Generated from solutions/ex3_manipulation.py by `python -m kata.stubs`.
+# (Maintainers: edit the solution and regenerate, not this file.)
 """Exercise 3: manipulating hidden states with a scaling hook.
 
 Post: "Python demo 3: Manipulating hidden states" (figures 10 and 11).

@@ -1,3 +1,6 @@
+# Your exercise file: replace each `raise NotImplementedError` with your code.
+# Generated from solutions/ex4_fast_scaling.py by `python -m kata.stubs`.
+# (Maintainers: edit the solution and regenerate, not this file.)
 """Exercise 4 (bonus): the scaling experiment in one forward pass.
 
 Post: "Python demo 3: Manipulating hidden states" (figure 11), made fast.
@@ -19,9 +22,9 @@ without changing a single result:
 You will write ``fast_scaling_experiment``; it must agree with ``scaling_experiment`` to 1e-4.
 """
 
-import torch
+import torch  # noqa: F401
 
-import kata
+import kata  # noqa: F401
 
 
 def fast_scaling_experiment(model, input_ids, target_id, factor=0.8):
@@ -47,7 +50,7 @@ def fast_scaling_experiment(model, input_ids, target_id, factor=0.8):
     Every hook is removed before returning, also when the forward pass raises.
     Raises ``ValueError`` when ``target_id`` is not a token id of the model (say "token id"
     in the message) or when the input is empty or longer than the model's context (the
-    provided ``_one_sequence`` checks the input for you).
+    function ``kata.one_sequence(input_ids, model)`` checks the input for you).
 
     Hint: ``torch.cat([hidden, hidden[:1] * factor])`` appends the scaled clean row; a block
     may return a tuple (transformers up to 5.2) or a tensor.
@@ -55,19 +58,3 @@ def fast_scaling_experiment(model, input_ids, target_id, factor=0.8):
     Post: demo 3, the experiment loop and figure 11.
     """
     raise NotImplementedError
-
-
-# Already written for you: the input checks every entry point of the kata makes.
-
-
-def _one_sequence(model, input_ids):
-    """``input_ids`` as ``(1, T)`` on the model's device, checked against the context length."""
-    input_ids = torch.as_tensor(input_ids)
-    if input_ids.dim() == 1:
-        input_ids = input_ids[None]
-    if input_ids.dim() != 2 or input_ids.shape[0] != 1 or input_ids.shape[1] == 0:
-        raise ValueError(f"input_ids must be one non-empty sequence, got shape {tuple(input_ids.shape)}")
-    limit = kata.context_length(model)
-    if input_ids.shape[1] > limit:
-        raise ValueError(f"input_ids has {input_ids.shape[1]} tokens, more than the context of {limit}")
-    return input_ids.to(model.device)

@@ -1,13 +1,39 @@
-"""Reads ``exercises.toml``, the one list of the kata's exercises (order, points, hints)."""
+"""Reads and checks ``exercises.toml``, the one list of the kata's exercises.
+
+Each entry names an exercise's stub and solution (``module``), tests, points, hints (per
+function, from a nudge to nearly the answer) and figures (by recipe). :func:`load_manifest`
+returns typed, frozen records and raises :class:`ManifestError`, naming the entry and the
+problem, for anything it does not expect.
+"""
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 MANIFEST_PATH = Path(__file__).with_name("exercises.toml")
 IMPLEMENTATIONS = ("exercises", "solutions")
+MAX_HINT_LEVELS = 4
+
+
+class ManifestError(ValueError):
+    """``kata/exercises.toml`` says something the kata cannot use; the message says what."""
+
+
+@dataclass(frozen=True)
+class Figure:
+    recipe: str  # the drawing code's name in kata/grading/figures.py
+    file: str  # written into the folder given to `grader.py figures DIR`
+    caption: str
+
+
+@dataclass(frozen=True)
+class FunctionHints:
+    function: str
+    levels: tuple[str, ...]  # from a nudge to nearly the answer
 
 
 @dataclass(frozen=True)
@@ -19,7 +45,8 @@ class Exercise:
     points: int
     post: str
     functions: tuple[str, ...]
-    hints: tuple[str, ...]
+    hints: tuple[FunctionHints, ...] = ()
+    figures: tuple[Figure, ...] = ()
     bonus: bool = False
 
     @property
@@ -30,14 +57,114 @@ class Exercise:
         """The file a learner edits (or its solution): ``exercises/ex1_hidden_states.py``."""
         return f"{impl}/{self.module}.py"
 
+    def hints_for(self, function: str) -> tuple[str, ...]:
+        """The hint levels for one of the exercise's functions (empty if it has none)."""
+        return next((h.levels for h in self.hints if h.function == function), ())
+
+
+_FIELDS = {"id": str, "title": str, "module": str, "tests": str, "points": int, "post": str,
+           "functions": list, "hints": dict, "figures": list, "bonus": bool}
+_REQUIRED = ("id", "title", "module", "tests", "points", "post", "functions")
+_FIGURE_FIELDS = ("recipe", "file", "caption")
+
+
+def _problem(where: str, message: str) -> ManifestError:
+    return ManifestError(f"{where}: {message}")
+
+
+def _exercise(entry, where: str) -> Exercise:
+    if not isinstance(entry, dict):
+        raise _problem(where, "each [[exercise]] must be a table")
+    unknown = sorted(set(entry) - set(_FIELDS))
+    if unknown:
+        raise _problem(where, f"unknown key(s) {', '.join(unknown)} (known: {', '.join(_FIELDS)})")
+    for key in _REQUIRED:
+        if key not in entry:
+            raise _problem(where, f"missing key {key!r}")
+    for key, value in entry.items():
+        kind = _FIELDS[key]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise _problem(where, f"{key} must be a {kind.__name__}, got {value!r}")
+    if not re.fullmatch(r"ex[1-9][0-9]*", entry["id"]):
+        raise _problem(where, f"id {entry['id']!r} must look like 'ex1'")
+    if not entry["module"].isidentifier():
+        raise _problem(where, f"module {entry['module']!r} must be a Python module name")
+    if entry["points"] <= 0:
+        raise _problem(where, "points must be positive")
+    functions = entry["functions"]
+    if not functions or not all(isinstance(f, str) and f.isidentifier() for f in functions):
+        raise _problem(where, "functions must list the names of the functions learners write")
+    if len(set(functions)) != len(functions):
+        raise _problem(where, "functions lists a name twice")
+    hints = []
+    for function, levels in entry.get("hints", {}).items():
+        if function not in functions:
+            raise _problem(where, f"hints for unknown function {function!r} (the exercise's "
+                                  f"functions: {', '.join(functions)})")
+        if (not isinstance(levels, list) or not 1 <= len(levels) <= MAX_HINT_LEVELS
+                or not all(isinstance(h, str) and h.strip() for h in levels)):
+            raise _problem(where, f"hints.{function} must be a list of 1 to {MAX_HINT_LEVELS} "
+                                  "non-empty strings, from a nudge to nearly the answer")
+        hints.append(FunctionHints(function, tuple(levels)))
+    figures = []
+    for k, figure in enumerate(entry.get("figures", [])):
+        if not isinstance(figure, dict):
+            raise _problem(where, f"figures[{k}] must be a table {{recipe, file, caption}}")
+        missing = [f for f in _FIGURE_FIELDS if not isinstance(figure.get(f), str) or not figure[f]]
+        extra = sorted(set(figure) - set(_FIGURE_FIELDS))
+        if missing or extra:
+            raise _problem(where, f"figures[{k}] needs {', '.join(_FIGURE_FIELDS)} (strings)"
+                                  + (f"; missing {', '.join(missing)}" if missing else "")
+                                  + (f"; unknown {', '.join(extra)}" if extra else ""))
+        if Path(figure["file"]).name != figure["file"]:
+            raise _problem(where, f"figures[{k}].file {figure['file']!r} must be a file name, "
+                                  "not a path")
+        figures.append(Figure(figure["recipe"], figure["file"], figure["caption"]))
+    return Exercise(**{**entry, "functions": tuple(functions), "hints": tuple(hints),
+                       "figures": tuple(figures)})
+
+
+def parse_manifest(data: dict, name: str = "exercises.toml") -> list[Exercise]:
+    """Typed, checked exercises from the manifest's parsed TOML."""
+    entries = data.get("exercise") if isinstance(data, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise ManifestError(f"{name}: no [[exercise]] entries")
+    exercises = [_exercise(entry, f"{name}, exercise {entry.get('id', k + 1)!s}"
+                           if isinstance(entry, dict) else f"{name}, exercise {k + 1}")
+                 for k, entry in enumerate(entries)]
+    for key in ("id", "module", "tests"):
+        values = [getattr(e, key) for e in exercises]
+        twice = sorted({v for v in values if values.count(v) > 1})
+        if twice:
+            raise ManifestError(f"{name}: {key} {', '.join(twice)} appears in several exercises")
+    files = [f.file for e in exercises for f in e.figures]
+    recipes = [f.recipe for e in exercises for f in e.figures]
+    for label, values in (("figure file", files), ("figure recipe", recipes)):
+        twice = sorted({v for v in values if values.count(v) > 1})
+        if twice:
+            raise ManifestError(f"{name}: {label} {', '.join(twice)} appears twice")
+    return exercises
+
 
 def load_manifest(path: Path = MANIFEST_PATH) -> list[Exercise]:
-    with open(path, "rb") as handle:
-        entries = tomllib.load(handle)["exercise"]
-    return [
-        Exercise(**{**entry, "functions": tuple(entry["functions"]), "hints": tuple(entry["hints"])})
-        for entry in entries
-    ]
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except tomllib.TOMLDecodeError as error:
+        raise ManifestError(f"{Path(path).name}: not valid TOML: {error}") from None
+    return parse_manifest(data, Path(path).name)
+
+
+def check_recipes(exercises: Iterable[Exercise], known: Iterable[str]) -> None:
+    """Raise :class:`ManifestError` for a figure whose recipe has no drawing code."""
+    known = set(known)
+    for exercise in exercises:
+        for figure in exercise.figures:
+            if figure.recipe not in known:
+                raise ManifestError(
+                    f"exercises.toml, exercise {exercise.id}: figure {figure.file} names recipe "
+                    f"{figure.recipe!r}, which kata/grading/figures.py does not draw "
+                    f"(known: {', '.join(sorted(known))})")
 
 
 def exercise_for_test_file(path: str | Path, root: Path) -> Exercise | None:

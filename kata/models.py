@@ -54,8 +54,22 @@ TINY_GPT2_CONFIG = dict(
 )
 TINY_GPT2_SEED = 20240611
 
-class ModelNotAvailable(RuntimeError):
+class EnvironmentFault(RuntimeError):
+    """The machine, not the learner's code, is at fault (a device, the model cache, KATA_MODEL).
+
+    Tests that hit one are graded "environment error", never as the learner's mistake.
+    """
+
+
+class ModelNotAvailable(EnvironmentFault):
     """A model the kata needs is not installed here; the message says how to get it."""
+
+
+class ModelCacheCorrupt(EnvironmentFault):
+    """The converted model cache does not match the checksums written when it was converted."""
+
+
+CHECKSUMS = "kata-checksums.json"
 
 
 def _say(message: str) -> None:
@@ -240,10 +254,82 @@ def convert_smollm2(target: Path) -> None:
         _say(f"  [3/3] saving to {target}")
         plain.save_pretrained(partial)
         tokenizer.save_pretrained(partial)
+        write_checksums(partial)
         os.replace(partial, target)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     _say(f"SmolLM2 converted in {time.perf_counter() - started:.0f} s; later loads use the cache")
+
+
+def _file_digest(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(2**20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_checksums(folder: Path) -> None:
+    """Record the SHA-256 of every file of a converted model (in ``kata-checksums.json``)."""
+    sums = {p.name: [_file_digest(p), p.stat().st_size] for p in sorted(Path(folder).iterdir())
+            if p.is_file() and p.name != CHECKSUMS}
+    (Path(folder) / CHECKSUMS).write_text(json.dumps(sums, indent=1), encoding="utf-8")
+
+
+def verify_checksums(folder: Path, quick: bool = False) -> list[str]:
+    """What differs from the checksums written at conversion ([] when all match).
+
+    ``quick`` compares file sizes only (a truncated file), not contents. A cache converted
+    before checksums existed has none: ``["no checksums"]``.
+    """
+    folder = Path(folder)
+    try:
+        sums = json.loads((folder / CHECKSUMS).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return ["no checksums"]
+    except (OSError, ValueError):
+        return [f"{CHECKSUMS} is unreadable"]
+    problems = []
+    for name, (digest, size) in sums.items():
+        path = folder / name
+        if not path.is_file():
+            problems.append(f"{name} is missing")
+        elif path.stat().st_size != size or (not quick and _file_digest(path) != digest):
+            problems.append(f"{name} has changed (truncated or corrupted)")
+    return problems
+
+
+def check_smollm2_cache(repair: bool = True, quick: bool = False) -> str:
+    """Verify the converted SmolLM2 against its checksums; re-convert a corrupt copy when the
+    cache folder is writable, else raise :class:`ModelCacheCorrupt` with what to do.
+
+    Returns a sentence saying what was found or done.
+    """
+    target = smollm2_cache_path()
+    if not target.is_dir():
+        return "not converted yet"
+    problems = verify_checksums(target, quick)
+    if not problems:
+        return "checksums match"
+    if problems == ["no checksums"]:
+        if os.access(target, os.W_OK):
+            write_checksums(target)  # converted by an older kata: trusted once, checked from now
+            return "checksums recorded (converted before checksums existed)"
+        return "no checksums (read-only cache converted by an older kata)"
+    why = "; ".join(problems)
+    if repair and os.access(target.parent, os.W_OK):
+        _say(f"the converted SmolLM2 in {target} is corrupt ({why}): converting it again")
+        with _exclusive_lock(target.parent / f".{target.name}.lock"):
+            broken = target.with_name(f".{target.name}.broken-{os.getpid()}")
+            os.replace(target, broken)
+            shutil.rmtree(broken, ignore_errors=True)
+            convert_smollm2(target)
+        return f"re-converted ({why})"
+    raise ModelCacheCorrupt(
+        f"the converted SmolLM2 in {target} is corrupt ({why}) and its folder is not writable: "
+        f"delete {target} (or set KATA_CACHE to a writable folder) and run again")
 
 
 def _load_smollm2():

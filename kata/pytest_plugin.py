@@ -10,7 +10,11 @@
 * Learner mode (``kata.learner_view``, on for ``exercises/`` unless ``--kata-full``): a test that
   reaches an untouched stub is one "not started" line per function, not a traceback.
 * After every test, any forward hook a test left on a session model is removed and reported, so
-  one leaked hook cannot change the results of the tests after it.
+  one leaked hook cannot change the results of the tests after it. The same holds for global
+  module hooks (``torch.nn.modules.module.register_module_forward_hook``), and the process-wide
+  state an exercise file can change (default dtype, torch threads, grad mode, working folder,
+  environment variables) is put back after every test, so one exercise cannot cost points in
+  another that runs after it in the same process.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from .hooks import hook_snapshot, restore_hooks
 from .impl import import_implementation, patched_solution
 from .learner_view import LearnerView
 from .manifest import IMPLEMENTATIONS, exercise_for_test_file
-from .models import GPT2_DOWNLOAD_COMMAND, gpt2_is_cached, load_model
+from .models import GPT2_DOWNLOAD_COMMAND, EnvironmentFault, gpt2_is_cached, load_model
 
 # name -> (model, tokenizer, hook snapshot taken right after loading)
 _SESSION_MODELS: dict[str, tuple] = {}
@@ -66,6 +70,8 @@ def pytest_configure(config):
         config.pluginmanager.register(
             LearnerView(config, config.rootpath / impl), "kata-learner-view"
         )
+    _BASELINE.clear()
+    _BASELINE.update(_process_state())  # before any test file or exercise file is imported
 
 
 def pytest_report_header(config):
@@ -107,7 +113,13 @@ def ex(request, impl):
 
 def _session_model(name: str):
     if name not in _SESSION_MODELS:
-        model, tokenizer = load_model(name)
+        try:
+            model, tokenizer = load_model(name)
+        except EnvironmentFault:
+            raise
+        except Exception as error:  # a broken cache or device is the machine's fault
+            raise EnvironmentFault(
+                f"loading the model {name} failed: {type(error).__name__}: {error}") from error
         # One forward pass with hidden states before any test runs: transformers 5 installs its
         # own hidden-state hooks on first use, and they belong to the model's clean state.
         ids = tokenizer("Hello there", return_tensors="pt")["input_ids"].to(model.device)
@@ -154,4 +166,86 @@ def _no_hook_survives_a_test():
             "a forward hook was still registered on the model after this test "
             f"({', '.join(sorted(set(leaks)))}): every hook you register must be removed, "
             "with handle.remove() in a finally block. kata removed it for the next tests.",
+        )
+
+
+# --------------------------------------------------------------------------- process-wide state
+
+_GLOBAL_HOOK_DICTS = ("_global_forward_hooks", "_global_forward_pre_hooks",
+                      "_global_backward_hooks", "_global_backward_pre_hooks",
+                      "_global_forward_hooks_always_called", "_global_forward_hooks_with_kwargs",
+                      "_global_buffer_registration_hooks", "_global_module_registration_hooks",
+                      "_global_parameter_registration_hooks")
+
+
+def _global_hooks() -> dict[str, set]:
+    from torch.nn.modules import module as nn_module
+
+    found = {}
+    for name in _GLOBAL_HOOK_DICTS:
+        hooks = getattr(nn_module, name, None)
+        if hooks:
+            found[name] = set(hooks)
+    return found
+
+
+def _process_state() -> dict:
+    return {"dtype": torch.get_default_dtype(), "threads": torch.get_num_threads(),
+            "grad": torch.is_grad_enabled(), "cwd": os.getcwd(), "environ": _environ(),
+            "hooks": _global_hooks()}
+
+
+_BASELINE: dict = {}
+
+
+def _environ() -> dict:
+    return {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+
+
+def _restore_process_state(baseline: dict) -> list[str]:
+    """Put the process-wide state back; return the global hooks that had to be removed."""
+    from torch.nn.modules import module as nn_module
+
+    torch.set_default_dtype(baseline["dtype"])
+    if torch.get_num_threads() != baseline["threads"]:
+        torch.set_num_threads(baseline["threads"])
+    torch.set_grad_enabled(baseline["grad"])
+    try:
+        if os.getcwd() != baseline["cwd"]:
+            os.chdir(baseline["cwd"])
+    except OSError:
+        os.chdir(baseline["cwd"])
+    if _environ() != baseline["environ"]:
+        current = os.environ.get("PYTEST_CURRENT_TEST")
+        os.environ.clear()
+        os.environ.update(baseline["environ"])
+        if current is not None:
+            os.environ["PYTEST_CURRENT_TEST"] = current
+    removed = []
+    for name in _GLOBAL_HOOK_DICTS:
+        hooks = getattr(nn_module, name, None)
+        if not hooks:
+            continue
+        keep = baseline["hooks"].get(name, set())
+        for key in [k for k in hooks if k not in keep]:
+            del hooks[key]
+            removed.append(name.removeprefix("_global_").replace("_", " "))
+    return removed
+
+
+@pytest.fixture(autouse=True)
+def _process_state_survives_no_test():
+    """Restore the process-wide state after every test; report a global module hook left on."""
+    if not _BASELINE:
+        _BASELINE.update(_process_state())
+    yield
+    removed = _restore_process_state(_BASELINE)
+    if removed:
+        pytest.fail(
+            "a global module hook was still registered after this test "
+            f"({', '.join(sorted(set(removed)))}, from torch.nn.modules.module."
+            "register_module_forward_hook or similar): it runs on every module of every model, "
+            "so it changes every result after it. Register hooks on the one block you need and "
+            "remove them in a finally block. kata removed it for the next tests.",
+            pytrace=False,
         )

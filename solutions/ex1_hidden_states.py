@@ -13,10 +13,11 @@ vector travels deeper into the model.
 Shapes: T is the number of tokens, d_model the length of each vector.
 """
 
-import matplotlib.pyplot as plt
+import matplotlib.pyplot as plt  # for plot_token_activations
 import torch
 
-import kata
+import kata  # kata.blocks, kata.final_norm, kata.context_length
+
 
 # ----------------------------------------------------------------------------- model and input
 

@@ -15,8 +15,8 @@ Post: Python demo 2, "Cosine similarities within and across layers" (figures 7, 
 embedding layer, layer ``n_layers`` the last block (after the final norm).
 """
 
-import matplotlib.pyplot as plt
-import numpy as np
+import matplotlib.pyplot as plt  # for the plots
+import numpy as np  # for the jitter
 import torch
 
 import kata

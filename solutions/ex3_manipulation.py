@@ -22,10 +22,10 @@ handle both. And a hook is global state on the module: one that is not removed, 
 forward pass raises, keeps changing every later run of the model.
 """
 
-import matplotlib.pyplot as plt
-import torch
+import matplotlib.pyplot as plt  # for plot_scaling_experiment
+import torch  # torch.no_grad, torch.log_softmax, torch.topk
 
-import kata
+import kata  # kata.blocks, kata.context_length
 
 
 def text_stats(tokenizer, text):

@@ -40,9 +40,12 @@ import pytest
 from kata.diagnosis import diagnosis_of
 from kata.impl import ImplementationImportError, stub_reached
 from kata.manifest import exercise_for_test_file
+from kata.models import EnvironmentFault
 
 from .records import CollectedTest, Outcome, TestRecord
 
+#: The diagnosis id of a test that met a :class:`kata.models.EnvironmentFault`.
+ENVIRONMENT_FAULT = "environment-fault"
 MAX_MESSAGE_LINES = 12
 MAX_MESSAGE_CHARS = 1500
 
@@ -142,13 +145,16 @@ class _Describer:
         if where and import_error is None and stub is None:
             message += f"\n(raised at {where})"
         diagnosis = diagnosis_of(error)
+        diagnosis_id = diagnosis.id if diagnosis is not None else None
+        if any(isinstance(e, EnvironmentFault) for e in chain):
+            diagnosis_id = ENVIRONMENT_FAULT  # the machine's fault, never the learner's
         return {
             "message": _trim(shorten_paths(message, self.root)),
             "where": where,
             "stub": stub is not None,
             "import_error": import_error is not None,
             "memory": memory,
-            "diagnosis": diagnosis.id if diagnosis is not None else None,
+            "diagnosis": diagnosis_id,
             "function": stub,
         }
 

@@ -42,11 +42,11 @@ class Status(StrEnum):
     IN_PROGRESS = "in progress"
     #: No test passes, and not only because of stubs.
     FAILING = "failing"
-    #: Reserved for the sandbox: the submission changed what it must not (tests, the grader's
-    #: files, other exercises' results). Not set anywhere yet.
+    #: The test reports contradict the answer probes (:mod:`kata.grading.probes`): the results
+    #: were forged. 0 points; the message says what the probes found.
     TAMPERED = "tampered"
-    #: Reserved for the sandbox: the machine failed (device, model cache, environment), which is
-    #: never graded as the learner's mistake. Not set anywhere yet.
+    #: The machine failed (device, model cache, environment) after the batch started: never
+    #: graded as the learner's mistake. 0 points until graded again; the message says what failed.
     ENVIRONMENT_ERROR = "environment error"
 
     @property
@@ -182,13 +182,18 @@ class ExerciseResult:
 
     @property
     def points(self) -> float:
-        if not self.total:
+        if not self.total or self.void:
             return 0.0
         return round(self.exercise.points * self.passed / self.total, 2)
 
     @property
     def done(self) -> bool:
         return self.status.done
+
+    @property
+    def void(self) -> bool:
+        """Its test results do not count (tampered, or an environment error)."""
+        return self.status in (Status.TAMPERED, Status.ENVIRONMENT_ERROR)
 
     def first_failure(self) -> TestRecord | None:
         return next((t for t in self.counted if not t.passed), None)

@@ -15,6 +15,7 @@ import platform
 import tempfile
 from pathlib import Path
 
+from .learner import function_of
 from .records import Outcome, Status, SubmissionResult
 
 BAR_WIDTH = 30
@@ -38,8 +39,11 @@ def environment(result: SubmissionResult | None = None) -> dict:
 
 def describe_environment(info: dict) -> str:
     models = ", ".join(info.get("models") or []) or "none loaded"
-    return (f"torch {info['torch']}, transformers {info['transformers']}, "
+    text = (f"torch {info['torch']}, transformers {info['transformers']}, "
             f"{info['device']}; models: {models}")
+    if info.get("sandbox"):
+        text += f"; sandbox: {info['sandbox']}"
+    return text
 
 
 def _points(value: float) -> str:
@@ -92,19 +96,22 @@ def _indent(text: str, prefix: str = "    ", lines: int = MESSAGE_LINES) -> str:
     return "\n".join(prefix + line for line in kept[:lines] + more)
 
 
-def next_step(result: SubmissionResult, hint_levels: dict[str, int],
+def next_step(result: SubmissionResult, hint_levels: dict[str, dict[str, int]],
               impl: str = "exercises") -> str:
-    """Under the table: the first unfinished exercise, its first failing test, and a hint."""
+    """Under the table: the first unfinished exercise, its first failing test, and a hint for the
+    function that test is about (at the level the learner has reached with ``grader.py hint``)."""
     row = result.first_unfinished()
     if row is None:
         return ("All exercises are done. See your results as the post's figures:\n"
-                "    python grader.py --figures figures")
+                "    python grader.py figures figures")
     exercise = row.exercise
     lines = [f"Next: {exercise.id} {exercise.title} (edit {exercise.source(impl)})",
              f"  post: {exercise.post}"]
     failure = row.first_failure()
+    function = None
     if row.status is Status.NOT_STARTED:
-        lines.append(f"  start with {exercise.functions[0]}(): every function still raises "
+        function = exercise.functions[0]
+        lines.append(f"  start with {function}(): every function still raises "
                      "NotImplementedError.")
     elif row.status in (Status.ERROR, Status.MISSING) or failure is None:
         lines.append(f"  {row.status}:")
@@ -112,15 +119,18 @@ def next_step(result: SubmissionResult, hint_levels: dict[str, int],
     else:
         lines.append(f"  first failing test: {failure.name} ({exercise.tests})")
         lines.append(_indent(failure.message or failure.outcome))
-    if exercise.hints:
-        level = max(1, min(hint_levels.get(exercise.id, 0), len(exercise.hints)))
-        lines.append(f"  hint {level} of {len(exercise.hints)}: {exercise.hints[level - 1]}")
-        if level < len(exercise.hints):
-            lines.append(f"  more help: python grader.py --hint {exercise.number}")
+        function = function_of(exercise, failure.name, failure.function)
+    hints = exercise.hints_for(function) if function else ()
+    if hints:
+        seen = hint_levels.get(exercise.id, {})
+        level = max(1, min(seen.get(function, 0) if isinstance(seen, dict) else 0, len(hints)))
+        lines.append(f"  {function}() hint {level} of {len(hints)}: {hints[level - 1]}")
+        if level < len(hints):
+            lines.append(f"  more help: python grader.py hint {exercise.number}")
     return "\n".join(lines)
 
 
-def learner_report(result: SubmissionResult, hint_levels: dict[str, int], title: str,
+def learner_report(result: SubmissionResult, hint_levels: dict[str, dict[str, int]], title: str,
                    impl: str = "exercises") -> str:
     return "\n".join([f"{title}  ({describe_environment(environment(result))})", "",
                       exercise_table(result), "", next_step(result, hint_levels, impl)])
@@ -156,7 +166,8 @@ def csv_header(exercises) -> list[str]:
     columns = ["name"]
     for exercise in exercises:
         columns += [f"{exercise.id}_points", f"{exercise.id}_status"]
-    return columns + ["total", "max", "all_done", "seconds", "main", "bonus", "bonus_max"]
+    return columns + ["total", "max", "all_done", "seconds", "main", "bonus", "bonus_max",
+                      "sandbox"]
 
 
 def csv_row(result: SubmissionResult) -> list:
@@ -165,7 +176,8 @@ def csv_row(result: SubmissionResult) -> list:
         row += [_points(r.points), r.status.value]
     return row + [_points(result.points), _points(result.max_points), result.all_done,
                   f"{result.seconds:.1f}", _points(result.main_points),
-                  _points(result.bonus_points), _points(result.max_bonus_points)]
+                  _points(result.bonus_points), _points(result.max_bonus_points),
+                  result.environment.get("sandbox", "")]
 
 
 class CsvReport:
@@ -221,10 +233,11 @@ def gradescope_results(result: SubmissionResult) -> dict:
         for number, test in enumerate(row.counted, start=1):
             entry = {
                 "name": f"{label}: {test.name}", "number": f"{exercise.number}.{number}",
-                "score": round(share if test.passed else 0.0, 4),
+                "score": round(share if test.passed and not row.void else 0.0, 4),
                 "max_score": 0.0 if exercise.bonus else round(share, 4),
-                "status": "passed" if test.passed else "failed",
-                "output": test.message or test.outcome.value,
+                "status": "passed" if test.passed and not row.void else "failed",
+                "output": (f"{row.status}: {row.message}" if row.void
+                           else test.message or test.outcome.value),
                 "visibility": "visible",
             }
             if test.diagnosis:

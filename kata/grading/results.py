@@ -44,6 +44,9 @@ def exercise_status(tests: Sequence[TestRecord]) -> tuple[Status, str]:
     counted = [t for t in tests if t.counted]
     if not tests:
         return Status.ERROR, "no tests were recorded"
+    hit = next((t for t in counted if t.diagnosis == "environment-fault"), None)
+    if hit:
+        return Status.ENVIRONMENT_ERROR, f"the machine, not the code, failed: {_why(hit)}"
     hit = next((t for t in counted if t.import_error), None)
     if hit:
         return Status.ERROR, hit.message

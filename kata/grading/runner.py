@@ -50,6 +50,14 @@ _LIMIT_THEN_EXEC = (
     "resource.setrlimit(resource.RLIMIT_AS, (limit, limit))\n"
     "os.execv(sys.argv[2], sys.argv[2:])\n"
 )
+# Prepended to the sandbox's outer shim: move a descriptor to a fixed number, shift argv.
+_MOVE_FD = (
+    "import os, sys\n"
+    "_src, _dst = int(sys.argv[1]), int(sys.argv[2])\n"
+    "if _src != _dst:\n"
+    "    os.dup2(_src, _dst); os.close(_src)\n"
+    "del sys.argv[1:3]\n"
+)
 
 
 @dataclass
@@ -85,7 +93,8 @@ def child_environment(root: Path, threads: int | None = None) -> dict[str, str]:
 
 
 def start_child(command: list[str], cwd: Path, env: dict, log_dir: Path,
-                memory_limit_mb: int = 0, name: str = "run") -> subprocess.Popen:
+                memory_limit_mb: int = 0, name: str = "run",
+                pass_fds: tuple[int, ...] = ()) -> subprocess.Popen:
     """Start ``command`` in its own process group, its errors going to ``log_dir/<name>.err``.
 
     Its standard output goes nowhere: pytest runs without capturing (``-s``), so whatever the
@@ -95,7 +104,25 @@ def start_child(command: list[str], cwd: Path, env: dict, log_dir: Path,
         command = [sys.executable, "-c", _LIMIT_THEN_EXEC, str(memory_limit_mb * 2**20), *command]
     with open(log_dir / f"{name}.err", "wb") as err:
         return subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+                                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
+                                pass_fds=pass_fds)
+
+
+def start_sandboxed(sandbox, command: list[str], root: Path, env: dict, log_dir: Path,
+                    name: str, record: Path, inputs: dict[str, Path]) -> subprocess.Popen:
+    """Start ``command`` (paths as seen inside) in ``sandbox``; it writes ``record`` through
+    file descriptor 3, the one file outside its private /tmp it can write to."""
+    from .sandbox import RECORD_FD
+
+    fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        wrapped = sandbox.command(command, root, inputs)
+        # the outer shim moves the record's descriptor to RECORD_FD before it becomes bwrap
+        wrapped = [wrapped[0], "-c", _MOVE_FD + wrapped[2], str(fd), str(RECORD_FD),
+                   *wrapped[3:]]
+        return start_child(wrapped, root, sandbox.environment(env), log_dir, 0, name, (fd,))
+    finally:
+        os.close(fd)
 
 
 def kill_group(process: subprocess.Popen) -> None:
@@ -179,8 +206,8 @@ class _Process:
             self.finished_at = time.monotonic()
 
 
-def _pytest_command(root: Path, files: list[str], impl: str, record: Path, deselect: Path,
-                    basetemp: Path) -> list[str]:
+def _pytest_command(root: Path, files: list[str], impl: str, record, deselect,
+                    basetemp) -> list[str]:
     return [
         sys.executable, "-m", "pytest", *files,
         "-p", "kata.grading.recorder", "--kata-record", str(record),
@@ -245,7 +272,8 @@ def _crash_description(run: _Process, root: Path, impl: str) -> str:
 
 
 def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: float = 60.0,
-              memory_limit_mb: int = 0, threads: int | None = None) -> RunResult:
+              memory_limit_mb: int = 0, threads: int | None = None,
+              sandbox=None) -> RunResult:
     """Run the tests of ``exercises`` (manifest entries) on ``root/impl`` and record every outcome.
 
     Args:
@@ -256,6 +284,8 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
         timeout: wall-clock seconds allowed for each exercise's tests.
         memory_limit_mb: address-space limit of the child in MiB; 0 for none.
         threads: torch threads per child; None: ``KATA_TORCH_THREADS``, else one.
+        sandbox: a :class:`kata.grading.sandbox.Sandbox` to run every process in (None: none;
+            the memory limit is then per process, ``RLIMIT_AS``).
     """
     root, work_dir = Path(root), Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -268,10 +298,22 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
         n = result.processes
         record, deselect = work_dir / f"record-{n}.jsonl", work_dir / f"deselect-{n}.json"
         deselect.write_text(json.dumps(sorted(result.results)), encoding="utf-8")
-        command = _pytest_command(root, [e.tests for e in pending], impl, record, deselect,
-                                  work_dir / f"tmp-{n}")
-        process = start_child(command, root, env, work_dir, memory_limit_mb, name=f"pytest-{n}")
+        files = [e.tests for e in pending]
+        if sandbox is None:
+            command = _pytest_command(root, files, impl, record, deselect, work_dir / f"tmp-{n}")
+            process = start_child(command, root, env, work_dir, memory_limit_mb,
+                                  name=f"pytest-{n}")
+        else:
+            from .sandbox import INSIDE_ROOT, RECORD_FD
+
+            inside = Path(INSIDE_ROOT)
+            command = _pytest_command(inside, files, impl, f"/dev/fd/{RECORD_FD}",
+                                      "/tmp/grader/deselect.json", f"/tmp/pytest-{n}")
+            process = start_sandboxed(sandbox, command, root, env, work_dir, f"pytest-{n}",
+                                      record, {"/tmp/grader/deselect.json": deselect})
         run = _watch(process, _EventReader(record), timeout, exercise_of)
+        if sandbox is not None and run.returncode is not None and 128 < run.returncode < 160:
+            run.returncode = 128 - run.returncode  # bwrap reports a signal death as 128 + N
         run.stderr = tail(work_dir / f"pytest-{n}.err")
         _collect(result, run)
         if run.finished:
@@ -279,7 +321,8 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
                              "the test session ended before this test ran")
             _note_collection_problems(result, run, pending)
             break
-        culprit_exercise = _record_abnormal_end(result, run, pending, root, impl, timeout)
+        shown_root = root if sandbox is None else Path(INSIDE_ROOT)
+        culprit_exercise = _record_abnormal_end(result, run, pending, shown_root, impl, timeout)
         if culprit_exercise is None:
             break  # nothing ran at all: every remaining test got the same explanation
         pending = [e for e in pending if e.id != culprit_exercise

@@ -42,6 +42,9 @@ class GradingOptions:
     memory_limit_mb: int = 0  # address-space limit per test process; 0 for none
     threads: int | None = None  # torch threads per test process (None: see child_environment)
     keep: bool = False  # keep the temporary sandboxes (for debugging)
+    sandbox: bool = False  # run every process under bwrap (kata.grading.sandbox); batch default
+    probes: bool = True  # check the test reports against the answer probes (instructor mode)
+    hide: tuple = ()  # more paths the sandbox hides (the batch adds the submissions themselves)
 
 
 def prepare_shared_model_cache() -> None:
@@ -161,21 +164,56 @@ def submission_names(paths: list[Path]) -> list[str]:
     return names
 
 
+UNSANDBOXED = "none: graded without a sandbox (--no-sandbox)"
+
+
 def grade_submission(path: Path, name: str, instructor_root: Path, exercises: list[Exercise],
-                     options: GradingOptions) -> SubmissionResult:
+                     options: GradingOptions, work_parent: Path | None = None) -> SubmissionResult:
     started = time.monotonic()
-    work = Path(tempfile.mkdtemp(prefix=f"kata-grade-{name[:40]}-"))
+    work = Path(tempfile.mkdtemp(prefix=f"kata-grade-{name[:40]}-", dir=work_parent))
+    box = None
     try:
         files, missing = exercise_files(path, exercises)
-        sandbox = work / "kata"
-        build_sandbox(instructor_root, sandbox, files)
+        copy = work / "kata"
+        build_sandbox(instructor_root, copy, files)
         to_run = [e for e in exercises if e.id not in missing]
-        run = run_tests(sandbox, to_run, "exercises", work / "logs", options.timeout,
-                        options.memory_limit_mb, options.threads)
-        return summarize(exercises, run, missing, name, time.monotonic() - started)
+        if options.sandbox:
+            from .sandbox import Sandbox
+
+            hide = [instructor_root, work_parent or work, path, *options.hide]
+            box = Sandbox.create(hide, options.memory_limit_mb)
+        run = run_tests(copy, to_run, "exercises", work / "logs", options.timeout,
+                        options.memory_limit_mb, options.threads, sandbox=box)
+        run.environment["sandbox"] = box.caps if box is not None else UNSANDBOXED
+        answers = None
+        if options.probes and to_run:
+            from .probes import run_probes
+
+            answers = run_probes(copy, [e.id for e in to_run], "exercises", work / "logs",
+                                 options.timeout, options.memory_limit_mb, options.threads,
+                                 sandbox=box)
+        result = summarize(exercises, run, missing, name, time.monotonic() - started)
+        return apply_probes(result, answers) if answers is not None else result
     finally:
+        if box is not None:
+            box.close()
         if not options.keep:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def apply_probes(result: SubmissionResult, answers: dict) -> SubmissionResult:
+    """Mark every exercise whose reported passes contradict its answer probes as tampered."""
+    from dataclasses import replace
+
+    from .probes import check, verdict
+
+    rows = []
+    for row in result.exercises:
+        line = answers.get(row.exercise.id)
+        why = verdict(row, check(row.exercise.id, line), line is not None) \
+            if row.exercise.id in answers else None
+        rows.append(replace(row, status=Status.TAMPERED, message=why) if why else row)
+    return replace(result, exercises=tuple(rows))
 
 
 def _grader_failure(name: str, exercises: list[Exercise], error: BaseException) -> SubmissionResult:
@@ -197,9 +235,22 @@ def grade_batch(paths: list[Path], instructor_root: Path, exercises: list[Exerci
     prepare_shared_model_cache()
     names = submission_names(paths)
     results: dict[str, SubmissionResult] = {}
+    if options.sandbox:
+        from dataclasses import replace
+
+        from .sandbox import sandbox_available
+
+        ok, why = sandbox_available()
+        if not ok:
+            raise RuntimeError(f"no sandbox: {why}")
+        # every submission, and the folders that hold them, are hidden from every other one
+        others = {Path(p).resolve() for p in paths} | {Path(p).resolve().parent for p in paths}
+        options = replace(options, hide=(*options.hide, *sorted(others)))
+    batch_work = Path(tempfile.mkdtemp(prefix="kata-batch-"))
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = {
-            pool.submit(grade_submission, path, name, instructor_root, exercises, options): name
+            pool.submit(grade_submission, path, name, instructor_root, exercises, options,
+                        batch_work): name
             for path, name in zip(paths, names)
         }
         for future in as_completed(futures):
@@ -210,4 +261,6 @@ def grade_batch(paths: list[Path], instructor_root: Path, exercises: list[Exerci
                 results[name] = _grader_failure(name, exercises, error)
             if on_result is not None:
                 on_result(results[name])
+    if not options.keep:
+        shutil.rmtree(batch_work, ignore_errors=True)
     return [results[name] for name in names]

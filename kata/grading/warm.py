@@ -1,7 +1,7 @@
 """Fast feedback: one long-lived process that re-runs an exercise's tests each time you save it.
 
 A fresh ``pytest`` pays about 3.7 s of imports (torch, transformers) and the model loads before
-its first test. ``python grader.py --watch --warm`` pays them once: the models stay loaded, and
+its first test. ``python grader.py watch --warm`` pays them once: the models stay loaded, and
 each save re-runs only that exercise's tests, in the same process, so feedback takes about as
 long as the tests themselves. The price: your code runs inside the watcher, so an endless loop
 needs Ctrl-C. (``python grader.py`` without ``--warm`` runs each grading in a fresh, time-limited

@@ -22,7 +22,9 @@ def test_exercise_ids_are_unique_and_numbered_in_order():
 @pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.id)
 def test_manifest_entry_matches_its_files(exercise):
     assert (ROOT / exercise.tests).is_file(), f"{exercise.tests} is missing"
-    assert 2 <= len(exercise.hints) <= 3, "each exercise has two or three hints"
+    for name in exercise.functions:
+        assert 2 <= len(exercise.hints_for(name)) <= 3, (
+            f"{exercise.id}.{name}: give two or three hints, from a nudge to nearly the answer")
     assert exercise.points > 0
     stub = import_implementation(exercise, "exercises")
     solution = import_implementation(exercise, "solutions")
@@ -32,10 +34,7 @@ def test_manifest_entry_matches_its_files(exercise):
             f"{exercise.id}.{name}: the stub's signature differs from the solution's"
         )
         assert getattr(stub, name).__doc__, f"the stub {exercise.id}.{name} has no docstring"
-        assert getattr(stub, name).__doc__ == getattr(solution, name).__doc__, (
-            f"{exercise.id}.{name}: the stub's docstring and the solution's have drifted apart"
-        )
-    assert stub.__doc__ == solution.__doc__, f"{exercise.id}: module docstrings differ"
+    # The stubs are generated from the solutions: tests/maintainer/test_stubs.py checks they are fresh.
 
 
 @pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.id)
@@ -64,3 +63,63 @@ def test_readme_table_is_generated_from_the_manifest():
     assert readme_table() in (ROOT / "README.md").read_text(), (
         "README.md's exercise table is out of date: run `python -m kata.manifest`"
     )
+
+
+# --------------------------------------------------------------------------- checking the manifest
+
+def _entry(**changes):
+    entry = {"id": "ex1", "title": "T", "module": "ex1_x", "tests": "tests/test_ex1_x.py",
+             "points": 10, "post": "P", "functions": ["f", "g"],
+             "hints": {"f": ["nudge", "answer"]},
+             "figures": [{"recipe": "fig06", "file": "a.png", "caption": "c"}]}
+    entry.update(changes)
+    return {k: v for k, v in entry.items() if v is not None}
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"hints": {"h": ["x"]}}, "hints for unknown function 'h'"),
+    ({"hints": {"f": []}}, "hints.f must be a list"),
+    ({"hints": {"f": ["ok", ""]}}, "hints.f must be a list"),
+    ({"figures": [{"file": "a.png", "caption": "c"}]}, "missing recipe"),
+    ({"figures": [{"recipe": "fig06", "file": "a.png", "caption": "c", "x": 1}]}, "unknown x"),
+    ({"figures": [{"recipe": "fig06", "file": "out/a.png", "caption": "c"}]}, "not a path"),
+    ({"points": "ten"}, "points must be a int"),
+    ({"title": None}, "missing key 'title'"),
+    ({"colour": "red"}, "unknown key(s) colour"),
+    ({"functions": ["f", "f"]}, "lists a name twice"),
+    ({"id": "one"}, "must look like 'ex1'"),
+])
+def test_a_broken_manifest_entry_is_named_with_its_problem(changes, words):
+    from kata.manifest import ManifestError, parse_manifest
+
+    with pytest.raises(ManifestError) as caught:
+        parse_manifest({"exercise": [_entry(**changes)]})
+    assert words in str(caught.value) and "exercise" in str(caught.value)
+
+
+def test_the_manifest_parses_into_typed_records():
+    from kata.manifest import Figure, FunctionHints, parse_manifest
+
+    (exercise,) = parse_manifest({"exercise": [_entry()]})
+    assert exercise.hints == (FunctionHints("f", ("nudge", "answer")),)
+    assert exercise.hints_for("f") == ("nudge", "answer") and exercise.hints_for("g") == ()
+    assert exercise.figures == (Figure("fig06", "a.png", "c"),)
+
+
+def test_duplicates_across_exercises_and_unknown_recipes_are_refused():
+    from kata.manifest import ManifestError, check_recipes, parse_manifest
+
+    twice = [_entry(), _entry(id="ex2", module="ex2_y", tests="tests/test_ex2_y.py")]
+    with pytest.raises(ManifestError, match="figure file a.png appears twice"):
+        parse_manifest({"exercise": twice})
+    with pytest.raises(ManifestError, match="no \\[\\[exercise\\]\\]"):
+        parse_manifest({})
+    exercises = parse_manifest({"exercise": [_entry()]})
+    with pytest.raises(ManifestError, match="recipe 'fig06'.*does not draw"):
+        check_recipes(exercises, {"fig07"})
+
+
+def test_every_figure_recipe_in_the_manifest_has_drawing_code_and_the_reverse():
+    from kata.grading.figures import DRAWINGS, planned_figures
+
+    assert sorted(f.recipe for _, f in planned_figures()) == sorted(DRAWINGS)

@@ -1,0 +1,83 @@
+"""One exercise's check: exit status 0 when it is done, 1 when it is not.
+
+This is what an autograder runs per exercise (GitHub Classroom's command grader gives the step
+its points when the command exits 0, see :mod:`kata.grading.classroom`)::
+
+    python -m kata.grading.check 2          # exercise 2 of the learner's exercises/
+
+It grades the learner's ``exercises/`` where they are, with the grader's runner (time limit,
+crash and memory handling), and prints the exercise's row, its first failure and a hint. It only
+needs the kata's ``kata/``, ``tests/`` and ``exercises/``: never ``solutions/``, so it runs in a
+template repository that does not ship them. Exit status 2: the command line was wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from kata.manifest import IMPLEMENTATIONS, load_manifest
+
+from . import learner, reports
+from .records import SubmissionResult
+from .submissions import GradingOptions, grade_in_place, prepare_shared_model_cache
+
+#: Wall-clock seconds per exercise: generous, since a CI runner may be slow or busy.
+DEFAULT_TIMEOUT = 300.0
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def grade_exercise(number: int | str, root: Path | None = None, impl: str = "exercises",
+                   timeout: float = DEFAULT_TIMEOUT, memory_limit_mb: int = 0) -> SubmissionResult:
+    """Grade one exercise (``2``, ``"2"`` or ``"ex2"``) of ``root/impl`` in place."""
+    root = Path(root or ROOT)
+    exercise = learner.find_exercise(load_manifest(), str(number))
+    prepare_shared_model_cache()
+    options = GradingOptions(timeout=timeout, memory_limit_mb=memory_limit_mb)
+    return grade_in_place(root, [exercise], impl, options)
+
+
+def check_exercise(number: int | str, root: Path | None = None, impl: str = "exercises",
+                   timeout: float = DEFAULT_TIMEOUT, quiet: bool = False) -> int:
+    """Grade exercise ``number`` and return 0 when it is done, else 1; print where it stands."""
+    result = grade_exercise(number, root, impl, timeout)
+    row = result.exercises[0]
+    if not quiet:
+        skipped = f", {row.skipped} skipped" if row.skipped else ""
+        print(f"{row.exercise.id} {row.exercise.title}: {row.status}, {row.passed}/{row.total} "
+              f"tests pass{skipped}, {row.points:g}/{row.max_points:g} points")
+        print()
+        if row.done:
+            print(f"{row.exercise.id} is done: {row.passed}/{row.total} tests pass.")
+        else:
+            hints = learner.hint_levels(Path(root or ROOT))
+            print(reports.next_step(result, hints, impl))
+        sys.stdout.flush()
+    return 0 if row.done else 1
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m kata.grading.check",
+        description="Grade one exercise; exit status 0 when it is done, 1 when it is not.")
+    parser.add_argument("exercise", help="the exercise: 2 or ex2")
+    parser.add_argument("--impl", choices=IMPLEMENTATIONS, default="exercises",
+                        help="the code to check (default: the learner's exercises/)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                        help=f"wall-clock limit for the exercise's tests (default "
+                             f"{DEFAULT_TIMEOUT:g})")
+    parser.add_argument("--root", type=Path, default=None,
+                        help="the kata folder (default: the one this module is in)")
+    args = parser.parse_args(argv)
+    try:
+        return check_exercise(args.exercise, args.root, args.impl, args.timeout)
+    except SystemExit as error:  # find_exercise: no such exercise
+        if isinstance(error.code, str):
+            print(error.code, file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

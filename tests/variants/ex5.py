@@ -1,0 +1,85 @@
+"""Correct variants of exercise 5's functions that the tests must accept."""
+
+from tests.variants import Variant
+
+VARIANTS = [
+    Variant(
+        id="all-layers-at-once",
+        exercise="ex5",
+        summary="norms the inner layers in one batch and unembeds every layer in one product",
+        code='''
+def logit_lens(model, hidden_states, positions=None):
+    hidden_states = torch.as_tensor(hidden_states)
+    n = len(kata.blocks(model)) + 1
+    if hidden_states.dim() != 3 or hidden_states.shape[0] != n:
+        raise ValueError(f"expected ({n}, T, d_model), got {tuple(hidden_states.shape)}")
+    if positions is not None:
+        if any(not -hidden_states.shape[1] <= p < hidden_states.shape[1] for p in positions):
+            raise ValueError("position out of range")
+        hidden_states = hidden_states[:, list(positions)]
+    with torch.no_grad():
+        h = torch.cat([kata.final_norm(model)(hidden_states[:-1]), hidden_states[-1:]])
+        return torch.log_softmax(model.get_output_embeddings()(h), dim=-1).float().cpu()
+''',
+    ),
+    Variant(
+        id="ranks-by-sorting",
+        exercise="ex5",
+        summary="ranks by sorting each row and finding the true token's place",
+        code='''
+def true_token_ranks(lens, input_ids):
+    ids = torch.as_tensor(input_ids).reshape(-1)
+    if lens.shape[1] != len(ids):
+        raise ValueError("the lens must cover every position")
+    order = lens[:, :-1].argsort(dim=-1, descending=True)  # (n, T - 1, vocab)
+    return (order == ids[1:][None, :, None]).int().argmax(dim=-1)
+''',
+    ),
+    Variant(
+        id="top-tokens-by-argsort",
+        exercise="ex5",
+        summary="takes the top k with argsort instead of topk, decoding one id at a time",
+        code='''
+def top_tokens_by_layer(lens, tokenizer, position=-1, k=5):
+    result = []
+    for row in lens[:, position]:
+        ids = row.argsort(descending=True)[:k]
+        result.append([tokenizer.decode(int(i)) for i in ids])
+    return result
+''',
+    ),
+    Variant(
+        id="matshow-and-numpy-median",
+        exercise="ex5",
+        summary="draws the lens with matshow (origin at the top) and the ranks with np.median and semilogy",
+        code='''
+import numpy as np
+
+
+def plot_logit_lens(lens, tokenizer, input_ids):
+    values, indices = lens.max(dim=-1)
+    n, t = values.shape
+    fig, ax = plt.subplots(figsize=(0.9 * t + 2, 0.32 * n + 2))
+    image = ax.matshow(values.numpy(), aspect="auto")
+    fig.colorbar(image)
+    for i in range(n):
+        for p in range(t):
+            ax.text(p, i, tokenizer.decode([indices[i, p].item()])[:6], ha="center", va="center", fontsize=6)
+    ax.set_xticks(range(t), [tokenizer.decode([i]) for i in torch.as_tensor(input_ids).reshape(-1).tolist()])
+    ax.set_yticks(range(n), _layer_names(n))
+    ax.set_xlabel("Input token")
+    ax.set_ylabel("Layer")
+    return fig
+
+
+def plot_rank_by_layer(ranks_by_text):
+    fig, ax = plt.subplots()
+    for label, ranks in ranks_by_text.items():
+        ax.semilogy(np.median(np.asarray(ranks), axis=1) + 1, label=label)
+    ax.set_xlabel("Layer")
+    ax.set_ylabel("Median rank + 1")
+    ax.legend()
+    return fig
+''',
+    ),
+]
