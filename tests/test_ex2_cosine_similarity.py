@@ -8,6 +8,7 @@ trained model) checks what the post observes on GPT-2.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import matplotlib
@@ -468,6 +469,11 @@ def check_panel_image(ax, k: int, index: int, vectors_of, what: str, argument: s
         f"check {function} first"))
 
 
+def names_index(title: str, word: str, index: int) -> bool:
+    """The title names ``word`` ``index`` ("token 3", "Token 3:", "LAYER 3"; not "layer 30")."""
+    return re.search(rf"\b{word}\s+{index}(?!\d)", title, flags=re.IGNORECASE) is not None
+
+
 def panels_of(fig, name: str, n: int, what: str, figure: str) -> list:
     """The image panels of the figure ``name`` returned, which must be one per ``what``."""
     check_figure(fig, name)
@@ -488,7 +494,7 @@ def test_layer_figure_panels_show_the_token_in_their_title(ex, tiny, tmp_path):
     fig = panels[0].figure
     for k, (ax, token) in enumerate(zip(panels, indices)):
         title = ax.get_title()
-        expect(f"token {token}" in title and tiny.labels[token] in title,
+        expect(names_index(title, "token", token) and tiny.labels[token] in title,
                "layer-figure-title-wrong", (
                    f"panel {k} should be titled with its token, like "
                    f"'token {token}: {tiny.labels[token]!r}'; got {title!r}"))
@@ -532,7 +538,7 @@ def test_token_figure_panels_show_the_layer_in_their_title(ex, tiny, tmp_path):
     fig = panels[0].figure
     for k, (ax, layer) in enumerate(zip(panels, layers)):
         title = ax.get_title()
-        expect(f"layer {layer}" in title, "token-figure-title-wrong",
+        expect(names_index(title, "layer", layer), "token-figure-title-wrong",
                f"panel {k} should be titled 'layer {layer}', got {title!r}")
         check_panel_image(ax, k, layer, lambda i: tiny.hidden[i], "layer", "layers",
                           "token_similarity", "token-figure")

@@ -29,7 +29,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 import kata  # noqa: E402
 from kata.diagnosis import diagnose  # noqa: E402
-from tests.support import check_shape, check_tensor, computed_once  # noqa: E402
+from tests.support import check_shape, check_tensor, computed_once, raises_clearly  # noqa: E402
 
 POSITIONS = [0, 3, -1]  # a selection that includes a negative index
 
@@ -286,15 +286,10 @@ def test_logit_lens_rejects_bad_input(ex, lens_model, tiny, case):
         "a batch dimension": "hidden_states is (n_layers + 1, T, d_model), without a batch dimension",
         "position out of range": f"the text has {n_tokens} tokens, so position {n_tokens} does not exist",
     }[case]
-    try:
-        ex.logit_lens(lens_model, *arguments)
-    except (ValueError, IndexError):
-        return
-    except NotImplementedError:
-        raise
-    except Exception as error:  # noqa: BLE001
-        pytest.fail(f"{case}: expected a clear ValueError ({why}), got {type(error).__name__}: {error}")
-    pytest.fail(f"{case}: logit_lens should raise a ValueError: {why}")
+    # The docstring promises a ValueError: torch's own IndexError (or a shape error) is no check.
+    raises_clearly(ValueError, lambda: ex.logit_lens(lens_model, *arguments),
+                   f"logit_lens with {case}", f"Check the input first: {why}.",
+                   "lens-input-not-checked")
 
 
 # ----------------------------------------------------------------------------- ranks
@@ -335,14 +330,12 @@ def test_true_token_ranks(ex, tiny):
 
 
 def test_true_token_ranks_rejects_a_lens_of_selected_positions(ex, tiny):
-    try:
-        ex.true_token_ranks(tiny["lens"][:, POSITIONS], tiny["ids"])
-    except (ValueError, IndexError):
-        return
-    pytest.fail(
-        f"a lens of {len(POSITIONS)} positions cannot be paired with {tiny['ids'].shape[1]} "
-        f"tokens: true_token_ranks should raise a ValueError"
-    )
+    raises_clearly(
+        ValueError, lambda: ex.true_token_ranks(tiny["lens"][:, POSITIONS], tiny["ids"]),
+        f"true_token_ranks with a lens of {len(POSITIONS)} positions and "
+        f"{tiny['ids'].shape[1]} tokens",
+        "A lens of selected positions cannot be paired with every token: compare lens.shape[1] "
+        "with the number of tokens and raise a ValueError.", "ranks-lens-positions-not-checked")
 
 
 def test_true_token_ranks_on_a_known_lens(ex):
@@ -382,11 +375,10 @@ def test_target_rank_by_layer(ex, tiny):
 
 def test_target_rank_by_layer_rejects_a_bad_target(ex, tiny):
     bad = tiny["lens"].shape[-1] + 3
-    try:
-        ex.target_rank_by_layer(tiny["lens"], bad)
-    except (ValueError, IndexError):
-        return
-    pytest.fail(f"target_id {bad} is not a token id: expected a ValueError")
+    raises_clearly(ValueError, lambda: ex.target_rank_by_layer(tiny["lens"], bad),
+                   f"target_rank_by_layer with target_id {bad} (the vocabulary has {bad - 3} tokens)",
+                   "Check target_id first (kata.token_id(target_id, vocab_size) does).",
+                   "lens-target-id-not-checked")
 
 
 # ----------------------------------------------------------------------------- top tokens
