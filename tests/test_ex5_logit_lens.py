@@ -407,7 +407,7 @@ def test_top_tokens_by_layer(ex, tiny_gpt2, tiny):
                      "the token texts lost their leading space: tokenizer.decode([token_id]) "
                      "gives ' insect', which is not the token 'insect'; do not strip or split")
         if got == [layer[::-1] for layer in expected]:
-            diagnose("top-tokens-lowest-first", "the tokens are in increasing order: most likely first")
+            diagnose("lens-top-tokens-lowest-first", "the tokens are in increasing order: most likely first")
     pytest.fail(f"expected the top 5 per layer, most likely first, e.g. layer 0: {expected[0]}, got {got[0]}")
 
 

@@ -231,10 +231,10 @@ def top_tokens_by_layer(lens, tokenizer, position=-1, k=5):
 ''',
     ),
     Mistake(
-        id="top-tokens-lowest-first",
+        id="lens-top-tokens-lowest-first",
         exercise="ex5",
         summary="listed the top tokens in increasing order",
-        diagnosis="top-tokens-lowest-first",
+        diagnosis="lens-top-tokens-lowest-first",
         code='''
 def top_tokens_by_layer(lens, tokenizer, position=-1, k=5):
     top = torch.topk(torch.as_tensor(lens)[:, position], k, dim=-1).indices
