@@ -26,6 +26,7 @@ import importlib.util
 import inspect
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -99,6 +100,35 @@ def transformers_major() -> int:
     import transformers
 
     return int(transformers.__version__.split(".")[0])
+
+
+def first_blocks(model, n_blocks: int):
+    """A copy of ``model`` that keeps only its first ``n_blocks`` transformer blocks.
+
+    The same trained weights, the same final norm and unembedding: a real architecture (for
+    SmolLM2, Llama blocks that return tensors) at a fraction of a forward pass's cost. Tests use
+    it where the learner's code must run on a trained model many times, as in the scaling
+    experiment's one pass per block.
+    """
+    import copy
+
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(model.config)
+    config.num_hidden_layers = n_blocks
+    if getattr(config, "layer_types", None):
+        config.layer_types = list(config.layer_types)[:n_blocks]
+    small = AutoModelForCausalLM.from_config(config)
+    kept = {key: value for key, value in model.state_dict().items()
+            if not re.search(r"\.layers\.(\d+)\.", key)
+            or int(re.search(r"\.layers\.(\d+)\.", key).group(1)) < n_blocks}
+    missing, unexpected = small.load_state_dict(kept, strict=False)
+    if unexpected or any("lm_head" not in key for key in missing):
+        raise RuntimeError(f"first_blocks: weights do not match ({missing}, {unexpected})")
+    small.tie_weights()
+    small = small.to(device=model.device, dtype=torch.float32).eval()
+    small.kata_name = f"{getattr(model, 'kata_name', 'model')}, first {n_blocks} blocks"
+    return small
 
 
 # --------------------------------------------------------------------------- GPT-2

@@ -30,7 +30,7 @@ from .hooks import hook_snapshot, restore_hooks
 from .impl import import_implementation, patched_solution
 from .learner_view import LearnerView
 from .manifest import IMPLEMENTATIONS, exercise_for_test_file
-from .models import GPT2_DOWNLOAD_COMMAND, EnvironmentFault, gpt2_is_cached, load_model
+from .models import GPT2_DOWNLOAD_COMMAND, EnvironmentFault, first_blocks, gpt2_is_cached, load_model
 
 # name -> (model, tokenizer, hook snapshot taken right after loading)
 _SESSION_MODELS: dict[str, tuple] = {}
@@ -114,7 +114,11 @@ def ex(request, impl):
 def _session_model(name: str):
     if name not in _SESSION_MODELS:
         try:
-            model, tokenizer = load_model(name)
+            if name == SMOLLM2_FIRST_BLOCKS:
+                full, tokenizer = _session_model("smollm2")
+                model = first_blocks(full, 4)
+            else:
+                model, tokenizer = load_model(name)
         except EnvironmentFault:
             raise
         except Exception as error:  # a broken cache or device is the machine's fault
@@ -134,6 +138,16 @@ def _session_model(name: str):
 def tiny_gpt2():
     """A 4-block random GPT-2 with the real GPT-2 tokenizer: ``(model, tokenizer)``."""
     return _session_model("tiny-gpt2")
+
+
+SMOLLM2_FIRST_BLOCKS = "smollm2-first-4-blocks"
+
+
+@pytest.fixture(scope="session")
+def smollm2_first_blocks():
+    """SmolLM2 cut to its first 4 blocks (trained weights, Llama architecture, final norm):
+    ``(model, tokenizer)``, for tests that run the learner's code once per block."""
+    return _session_model(SMOLLM2_FIRST_BLOCKS)
 
 
 @pytest.fixture(scope="session")

@@ -789,25 +789,28 @@ def test_smollm2_puts_insect_among_the_top_21(ex, smollm2):
 
 
 @pytest.mark.trained
-def test_smollm2_scaling_lowers_insect_at_most_blocks(ex, smollm2):
-    model, tokenizer = smollm2
+def test_scaling_experiment_on_a_trained_llama_model(ex, smollm2_first_blocks):
+    """The learner's experiment on SmolLM2's first 4 blocks (Llama blocks that return tensors,
+    trained weights, the real final norm) against an independent computation. The published
+    result on the whole model (27 of 30 blocks lower " insect") is checked, with the reference
+    computation, in tests/maintainer/test_model_facts.py: running the learner's 30 passes here
+    would cost every save in `grader.py watch --warm` about 3.5 s."""
+    model, tokenizer = smollm2_first_blocks
     input_ids = tokenizer(kata.KAFKA_TEXT, return_tensors="pt")["input_ids"]
     target = tokenizer(kata.TARGET_WORD, add_special_tokens=False)["input_ids"]
     assert len(target) == 1
-    clean = torch.log_softmax(reference_logits(model, input_ids)[-1], dim=-1)[target[0]].item()
     values = torch.as_tensor(scaling_of(ex, model, input_ids, target[0], factor=0.8)).float()
     n_layers = len(kata.blocks(model))
-    check_shape(values, (n_layers,), "scaling_experiment on SmolLM2", "one value per block",
+    check_shape(values, (n_layers,), "scaling_experiment on a Llama model", "one value per block",
                 diagnosis="scaling-shape-wrong")
-    lowered = int((values < clean).sum())
-    expect(lowered > n_layers // 2, "scaling-does-not-lower-insect", (
-        f"scaling one block's output by 0.8 lowered the log-softmax of ' insect' (clean "
-        f"{clean:.3f}) at only {lowered} of {n_layers} blocks; measured: 27 of 30. Values: "
-        f"{[round(v, 3) for v in values.tolist()]}"
-    ))
+    expected = scaled_block_log_probs(model, input_ids, target[0], 0.8)
+    check_close(values, expected, "scaling_experiment on a Llama model (SmolLM2's first 4 blocks)",
+                "each value is the target's log-softmax with that one block's output times 0.8",
+                atol=1e-4, diagnosis="scaling-differs-on-llama")
+    clean = torch.log_softmax(reference_logits(model, input_ids)[-1], dim=-1)[target[0]].item()
     expect(abs(values[-1].item() - clean) < 1e-3, "last-block-scaling-changes", (
-        f"scaling SmolLM2's last block changed the log-softmax by {values[-1].item() - clean:.4f}; "
-        f"its final RMSNorm cancels a global scale, so it should not change"
+        f"scaling the last block changed the log-softmax by {values[-1].item() - clean:.4f}; "
+        f"the final RMSNorm cancels a global scale, so it should not change"
     ))
 
 
