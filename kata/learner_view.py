@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from .commands import grader_command
 from .impl import stub_reached
 from .manifest import exercise_for_test_file
 
@@ -68,7 +69,7 @@ class LearnerView:
         else:
             source, function = next(iter(self.not_started))
             number = _exercise_number(source)
-            hint = f" (python grader.py hint {number} for a hint)" if number else ""
+            hint = f" ({grader_command(f'hint {number}')} for a hint)" if number else ""
             write(f"next: write {function} in {source}{hint}")
 
 

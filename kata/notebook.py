@@ -42,6 +42,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 
+from .commands import grader_command
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 SOURCES = NOTEBOOKS / "src"
@@ -452,8 +454,8 @@ class CheckResult:
                 entry.hints, Mapping) else "hint"
             rows.append((label, self.hint))
         if not self.done:
-            rows.append(("then", f"save the file and run this cell again; more hints: "
-                                 f"python grader.py --hint {entry.number}"))
+            rows.append(("then", "save the file and run this cell again; more hints, in a "
+                                 f"terminal: {grader_command(f'hint {entry.number}')}"))
         return rows
 
     def __repr__(self) -> str:

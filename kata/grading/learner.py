@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
+from kata.commands import grader_command
 from kata.manifest import Exercise
 
 HINTS_FILE = ".kata-hints.json"  # in the kata's root; gitignored
@@ -140,7 +141,7 @@ def reveal_next_hint(root: Path, exercise: Exercise, function: str | None = None
     for number, hint in enumerate(hints[:level], start=1):
         lines.append(f"{function}() hint {number} of {len(hints)}: {hint}")
     if level < len(hints):
-        lines.append(f"\nStill stuck? Run `python grader.py hint {exercise.number} {function}` "
+        lines.append(f"\nStill stuck? Run `{grader_command(f'hint {exercise.number} {function}')}` "
                      f"again for hint {level + 1}.")
     else:
         lines.append("\nThat was the last hint: it is nearly the answer. The solution is in "

@@ -15,6 +15,8 @@ import platform
 import tempfile
 from pathlib import Path
 
+from kata.commands import grader_command
+
 from .learner import function_of
 from .records import Outcome, Status, SubmissionResult
 
@@ -103,7 +105,7 @@ def next_step(result: SubmissionResult, hint_levels: dict[str, dict[str, int]],
     row = result.first_unfinished()
     if row is None:
         return ("All exercises are done. See your results as the post's figures:\n"
-                "    python grader.py figures figures")
+                f"    {grader_command('figures figures')}")
     exercise = row.exercise
     lines = [f"Next: {exercise.id} {exercise.title} (edit {exercise.source(impl)})",
              f"  post: {exercise.post}"]
@@ -126,7 +128,7 @@ def next_step(result: SubmissionResult, hint_levels: dict[str, dict[str, int]],
         level = max(1, min(seen.get(function, 0) if isinstance(seen, dict) else 0, len(hints)))
         lines.append(f"  {function}() hint {level} of {len(hints)}: {hints[level - 1]}")
         if level < len(hints):
-            lines.append(f"  more help: python grader.py hint {exercise.number}")
+            lines.append(f"  more help: {grader_command(f'hint {exercise.number}')}")
     return "\n".join(lines)
 
 

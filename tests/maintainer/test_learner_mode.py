@@ -60,3 +60,15 @@ def test_a_real_failure_is_shown_in_full_and_named_as_the_next_step(tmp_path):
     assert result.returncode == 1
     assert "FAILURES" in result.stdout
     assert "next: fix the first failure above, tests/" in result.stdout
+
+
+def test_printed_commands_work_where_they_are_printed():
+    """In an activated venv the grader prints `python grader.py ...`; otherwise the launcher."""
+    code = "from kata.commands import grader_command; print(grader_command('hint 1'))"
+    venv_bin = str(Path(sys.executable).parent)
+    activated = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                               cwd=ROOT, env={"PATH": f"{venv_bin}:/usr/bin:/bin"})
+    bare = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, env={"PATH": "/nonexistent"})
+    assert activated.stdout.strip() == "python grader.py hint 1"
+    assert bare.stdout.strip() == "bash run.sh python grader.py hint 1"
