@@ -44,15 +44,7 @@ def check_exercise(number: int | str, root: Path | None = None, impl: str = "exe
     result = grade_exercise(number, root, impl, timeout)
     row = result.exercises[0]
     if not quiet:
-        skipped = f", {row.skipped} skipped" if row.skipped else ""
-        print(f"{row.exercise.id} {row.exercise.title}: {row.status}, {row.passed}/{row.total} "
-              f"tests pass{skipped}, {row.points:g}/{row.max_points:g} points")
-        print()
-        if row.done:
-            print(f"{row.exercise.id} is done: {row.passed}/{row.total} tests pass.")
-        else:
-            hints = learner.hint_levels(Path(root or ROOT))
-            print(reports.next_step(result, hints, impl))
+        print(reports.exercise_summary(result, learner.hint_levels(Path(root or ROOT)), impl))
         sys.stdout.flush()
     return 0 if row.done else 1
 

@@ -132,6 +132,21 @@ def next_step(result: SubmissionResult, hint_levels: dict[str, dict[str, int]],
     return "\n".join(lines)
 
 
+def exercise_summary(result: SubmissionResult, hint_levels: dict[str, dict[str, int]],
+                     impl: str = "exercises") -> str:
+    """Where one graded exercise stands, as ``grader.py check`` and the warm watcher show it:
+    its status line, then the next step (first failing test, message, hint) or "done"."""
+    row = result.exercises[0]
+    skipped = f", {row.skipped} skipped" if row.skipped else ""
+    lines = [f"{row.exercise.id} {row.exercise.title}: {row.status}, {row.passed}/{row.total} "
+             f"tests pass{skipped}, {row.points:g}/{row.max_points:g} points", ""]
+    if row.done:
+        lines.append(f"{row.exercise.id} is done: {row.passed}/{row.total} tests pass.")
+    else:
+        lines.append(next_step(result, hint_levels, impl))
+    return "\n".join(lines)
+
+
 def learner_report(result: SubmissionResult, hint_levels: dict[str, dict[str, int]], title: str,
                    impl: str = "exercises") -> str:
     return "\n".join([f"{title}  ({describe_environment(environment(result))})", "",

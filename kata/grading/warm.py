@@ -10,7 +10,9 @@ process.)
 
 from __future__ import annotations
 
+import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -18,22 +20,52 @@ import pytest
 
 from kata.manifest import Exercise
 
-from .learner import WATCH_POLL_SECONDS, snapshot
+from . import reports
+from .learner import WATCH_POLL_SECONDS, hint_levels, snapshot
+from .records import SubmissionResult, TestRecord
+from .results import ExerciseResult, exercise_status
 
 
-def rerun(root: Path, exercise: Exercise, impl: str, quiet: bool = False) -> tuple[int, float]:
+def rerun(root: Path, exercise: Exercise, impl: str, quiet: bool = False,
+          record: Path | None = None) -> tuple[int, float]:
     """Run ``exercise``'s tests in this process on the latest ``<impl>/<module>.py``.
 
-    Returns pytest's exit code and the wall time in seconds.
+    Returns pytest's exit code and the wall time in seconds. With ``record``, the grader's
+    recorder writes every test's outcome there, as in a graded run.
     """
     sys.modules.pop(f"{impl}.{exercise.module}", None)  # so the saved file is imported afresh
     started = time.perf_counter()
     arguments = [str(Path(root) / exercise.tests), "--impl", impl, "-p", "no:cacheprovider",
                  "--rootdir", str(root), "-q" if not quiet else "-qq"]
+    if record is not None:
+        arguments += ["-p", "kata.grading.recorder", "--kata-record", str(record)]
     code = pytest.main(arguments)
     if code == pytest.ExitCode.INTERRUPTED:  # pytest caught the learner's Ctrl-C: pass it on
         raise KeyboardInterrupt
     return int(code), time.perf_counter() - started
+
+
+def recorded_result(exercise: Exercise, record: Path) -> SubmissionResult:
+    """The graded result of one exercise from the recorder's file, as the grader builds it."""
+    tests = []
+    for line in record.read_text(encoding="utf-8").splitlines():
+        event = json.loads(line)
+        if event.get("event") == "result":
+            tests.append(TestRecord.from_json(event))
+    status, message = exercise_status(tests)
+    return SubmissionResult("", (ExerciseResult(exercise, status, tuple(tests), message),), {})
+
+
+def rerun_and_summarize(root: Path, exercise: Exercise, impl: str) -> tuple[int, float]:
+    """:func:`rerun`, then the grader's own summary of that exercise (status, next step, hint)."""
+    with tempfile.TemporaryDirectory(prefix="kata-warm-") as folder:
+        record = Path(folder) / "record.jsonl"
+        code, seconds = rerun(root, exercise, impl, record=record)
+        if record.exists():
+            print()
+            print(reports.exercise_summary(recorded_result(exercise, record),
+                                           hint_levels(root), impl))
+    return code, seconds
 
 
 def watch(root: Path, exercises: list[Exercise], impl: str) -> int:
@@ -41,7 +73,7 @@ def watch(root: Path, exercises: list[Exercise], impl: str) -> int:
     root = Path(root)
     seen = snapshot(root, exercises, impl)
     latest = max(exercises, key=lambda e: seen[str(root / e.source(impl))])
-    code, seconds = rerun(root, latest, impl)
+    code, seconds = rerun_and_summarize(root, latest, impl)
     print(f"\n{latest.id}: tests ran in {seconds:.1f} s. Watching {impl}/ (warm): save a file "
           "to re-run its tests, Ctrl-C to stop.", flush=True)
     try:
@@ -54,7 +86,7 @@ def watch(root: Path, exercises: list[Exercise], impl: str) -> int:
             if changed:
                 print("\033[2J\033[H", end="")  # clear the terminal
             for exercise in changed:
-                code, seconds = rerun(root, exercise, impl)
+                code, seconds = rerun_and_summarize(root, exercise, impl)
                 print(f"\n{exercise.id}: tests ran in {seconds:.1f} s. Watching {impl}/ (warm).",
                       flush=True)
     except KeyboardInterrupt:

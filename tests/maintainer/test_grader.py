@@ -470,3 +470,15 @@ def test_warm_rerun_imports_the_saved_file_afresh_and_passes_on_the_solutions():
     code_again, _ = rerun(root, exercise, "solutions", quiet=True)
     assert (code, code_again) == (0, 0)
     assert sys.modules[f"solutions.{exercise.module}"] is not first, "the module was not re-imported"
+
+
+def test_the_warm_watcher_shows_the_graders_summary_of_the_saved_exercise(capsys):
+    """`grader.py watch --warm` prints, after each save, the summary `grader.py check` prints."""
+    from kata.grading.warm import rerun_and_summarize
+
+    exercise = EXERCISES[3]  # ex4: one function, quick
+    code, _ = rerun_and_summarize(REPO, exercise, "exercises")
+    out = capsys.readouterr().out
+    assert code != 0
+    assert f"{exercise.id} {exercise.title}: not started" in out
+    assert f"start with {exercise.functions[0]}()" in out
