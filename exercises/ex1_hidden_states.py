@@ -3,6 +3,10 @@
 # (Maintainers: edit the solution and regenerate, not this file.)
 """Exercise 1: extracting and inspecting hidden states.
 
+The post: "LLM breakdown 4/6: Transformer outputs (hidden states)", in Mike X Cohen's
+Substack series *LLM breakdown*; his notebook for it is `MLonLLMs/LLMbreakdown_4_hiddenStates.ipynb`
+in the public repository `mikexcohen/Substack`. This kata retells its demos in its own words.
+
 Follows the post's "Python demo 1: Inspecting hidden states" and its figure 6.
 
 A language model turns every token into a vector of d_model numbers, and each transformer block

@@ -3,6 +3,10 @@
 # (Maintainers: edit the solution and regenerate, not this file.)
 """Exercise 4 (bonus): the scaling experiment in one forward pass.
 
+The post: "LLM breakdown 4/6: Transformer outputs (hidden states)", in Mike X Cohen's
+Substack series *LLM breakdown*; his notebook for it is `MLonLLMs/LLMbreakdown_4_hiddenStates.ipynb`
+in the public repository `mikexcohen/Substack`. This kata retells its demos in its own words.
+
 Post: "Python demo 3: Manipulating hidden states" (figure 11), made fast.
 
 Exercise 3's ``scaling_experiment`` runs the whole model once per block: 30 forward passes for

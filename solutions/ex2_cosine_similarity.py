@@ -1,5 +1,9 @@
 """Exercise 2: cosine similarities within and across layers.
 
+The post: "LLM breakdown 4/6: Transformer outputs (hidden states)", in Mike X Cohen's
+Substack series *LLM breakdown*; his notebook for it is `MLonLLMs/LLMbreakdown_4_hiddenStates.ipynb`
+in the public repository `mikexcohen/Substack`. This kata retells its demos in its own words.
+
 A hidden state is one vector per token per layer. Cosine similarity compares two vectors by
 their direction only: +1 for the same direction, 0 for perpendicular, -1 for opposite. In this
 exercise you compare

@@ -1,5 +1,9 @@
 """Exercise 3: manipulating hidden states with a scaling hook.
 
+The post: "LLM breakdown 4/6: Transformer outputs (hidden states)", in Mike X Cohen's
+Substack series *LLM breakdown*; his notebook for it is `MLonLLMs/LLMbreakdown_4_hiddenStates.ipynb`
+in the public repository `mikexcohen/Substack`. This kata retells its demos in its own words.
+
 Post: "Python demo 3: Manipulating hidden states" (figures 10 and 11).
 
 The model reads the opening of Kafka's *The Metamorphosis*, cut just before the word it must

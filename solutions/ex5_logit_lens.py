@@ -1,5 +1,9 @@
 """Exercise 5: the logit lens: what each hidden state already predicts.
 
+The post: "LLM breakdown 4/6: Transformer outputs (hidden states)", in Mike X Cohen's
+Substack series *LLM breakdown*; his notebook for it is `MLonLLMs/LLMbreakdown_4_hiddenStates.ipynb`
+in the public repository `mikexcohen/Substack`. This kata retells its demos in its own words.
+
 The post stops where the next question begins. The last hidden state becomes the model's
 prediction through two steps: the final norm (already applied to ``hidden_states[-1]``) and the
 unembedding, the matrix ``model.get_output_embeddings()`` that gives one logit per vocabulary
