@@ -19,7 +19,9 @@ functions in ``exercises/``, and the tests stay the judge. A notebook calls
   HTML table in Jupyter.
 
 The notebooks' sources are ``notebooks/src/exN_*.py`` in jupytext's percent format; the
-``.ipynb`` files are generated from them, without outputs::
+``.ipynb`` files are generated from them, without outputs. Their common set-up cell has one
+source, ``notebooks/src/_setup.py``: a source marks where it goes with a code cell tagged
+``setup`` holding only the marker line (:data:`SETUP_MARKER`), and the build puts it there::
 
     python -m kata.notebook build          # write notebooks/exN_*.ipynb
     python -m kata.notebook build --check  # exit 1 if a notebook is stale
@@ -47,6 +49,11 @@ from .commands import grader_command
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 SOURCES = NOTEBOOKS / "src"
+SETUP_SOURCE = SOURCES / "_setup.py"
+#: The one line of a source's ``setup``-tagged cell: the build replaces the cell with
+#: :data:`SETUP_SOURCE`'s.
+SETUP_MARKER = "# (set-up: notebooks/src/_setup.py)"
+SETUP_TAG = "setup"
 
 if str(ROOT) not in sys.path:  # `exercises` and `solutions` are packages of the kata's folder
     sys.path.insert(0, str(ROOT))
@@ -541,6 +548,28 @@ def parse_percent(text: str) -> list[dict]:
     return cells
 
 
+def setup_cell() -> dict:
+    """The set-up cell every notebook starts with (the one cell of :data:`SETUP_SOURCE`)."""
+    cells = parse_percent(SETUP_SOURCE.read_text(encoding="utf-8"))
+    if len(cells) != 1 or SETUP_TAG not in cells[0]["tags"]:
+        raise ValueError(f"{SETUP_SOURCE.relative_to(ROOT)} must hold one cell tagged "
+                         f"{SETUP_TAG!r}")
+    return cells[0]
+
+
+def source_cells(source: Path) -> list[dict]:
+    """The cells of a notebook source, its set-up marker replaced by :func:`setup_cell`."""
+    cells = parse_percent(source.read_text(encoding="utf-8"))
+    for index, cell in enumerate(cells):
+        if SETUP_TAG in cell["tags"]:
+            if cell["source"].strip() != SETUP_MARKER:
+                raise ValueError(f"{source.name}: the cell tagged {SETUP_TAG!r} "
+                                 f"must hold only {SETUP_MARKER!r} (its code is in "
+                                 f"{SETUP_SOURCE.relative_to(ROOT)})")
+            cells[index] = setup_cell()
+    return cells
+
+
 def notebook_json(source: Path) -> str:
     """The ``.ipynb`` text for a percent-format ``source`` (no outputs, stable cell ids)."""
     import nbformat
@@ -553,7 +582,7 @@ def notebook_json(source: Path) -> str:
         "kata": {"source": source.relative_to(ROOT).as_posix(),
                  "generated_by": "python -m kata.notebook build"},
     }
-    for index, cell in enumerate(parse_percent(source.read_text(encoding="utf-8"))):
+    for index, cell in enumerate(source_cells(source)):
         make = nbformat.v4.new_markdown_cell if cell["type"] == "markdown" else \
             nbformat.v4.new_code_cell
         made = make(cell["source"])

@@ -12,8 +12,9 @@ never from ``solutions/``.
 * first-dependency checks: :func:`learner_call` (a library error raised inside another of the
   learner's functions is reported as that function's fault);
 * reference computations: :func:`reference_hidden_states`, :func:`reference_raw_last_block`,
-  :func:`cosine_matrix`, :func:`reference_log_probs`, :func:`scaled_block_log_probs`,
-  :func:`computed_once`;
+  :func:`cosine_matrix`, :func:`computed_once`; and, shared with the grader's answer probes
+  from ``kata/reference.py``, :func:`reference_logits`, :func:`reference_log_probs`,
+  :func:`scaled_block_log_probs`;
 * figures: :func:`drawn_points` (the points drawn on an axes, by any artist);
 * fake models: :class:`ToyBlock`, :class:`ToyModel`, :class:`TensorBlock`, :class:`TupleBlock`.
 """
@@ -29,8 +30,13 @@ import torch.nn.functional as F
 from torch import nn
 
 import kata
-from kata.compat import block_hidden, with_block_hidden
+from kata.compat import block_hidden
 from kata.diagnosis import diagnose
+from kata.reference import (  # noqa: F401 (shared with kata/grading/probes.py)
+    reference_log_probs,
+    reference_logits,
+    scaled_block_log_probs,
+)
 
 # ----------------------------------------------------------------------------- numeric checks
 
@@ -192,34 +198,6 @@ def reference_raw_last_block(model, input_ids: torch.Tensor) -> torch.Tensor:
 def cosine_matrix(vectors: torch.Tensor) -> torch.Tensor:
     """(n, d) -> (n, n) with torch's own cosine similarity, by broadcasting row against row."""
     return F.cosine_similarity(vectors[:, None, :], vectors[None, :, :], dim=-1)
-
-
-def reference_logits(model, input_ids: torch.Tensor) -> torch.Tensor:
-    """The model's logits at every position, ``(T, vocab_size)`` float32 CPU."""
-    with torch.no_grad():
-        return model(input_ids.to(model.device)).logits[0].float().cpu()
-
-
-def reference_log_probs(model, input_ids: torch.Tensor) -> torch.Tensor:
-    """``(vocab_size,)``: log-softmax of the logits at the last position."""
-    return torch.log_softmax(reference_logits(model, input_ids)[-1], dim=-1)
-
-
-def scaled_block_log_probs(model, input_ids, target_id: int, factor: float) -> torch.Tensor:
-    """The scaling experiment the slow way: ``(n_layers,)``, one forward pass per block with that
-    block's output times ``factor``; entry i is the target's log-probability."""
-
-    def scale(module, inputs, output):
-        return with_block_hidden(output, block_hidden(output) * factor)
-
-    values = []
-    for block in kata.blocks(model):
-        handle = block.register_forward_hook(scale, prepend=True)
-        try:
-            values.append(reference_log_probs(model, input_ids)[target_id])
-        finally:
-            handle.remove()
-    return torch.stack(values)
 
 
 # ----------------------------------------------------------------------------- figures

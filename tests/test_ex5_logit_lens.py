@@ -29,7 +29,13 @@ from matplotlib.figure import Figure  # noqa: E402
 
 import kata  # noqa: E402
 from kata.diagnosis import diagnose  # noqa: E402
-from tests.support import check_shape, check_tensor, computed_once, raises_clearly  # noqa: E402
+from tests.support import (  # noqa: E402
+    check_shape,
+    check_tensor,
+    computed_once,
+    expect,
+    raises_clearly,
+)
 
 POSITIONS = [0, 3, -1]  # a selection that includes a negative index
 
@@ -165,15 +171,18 @@ def diagnose_log_distribution(lens, logits_like, name):
 # ----------------------------------------------------------------------------- logit_lens: structure
 
 
-def test_logit_lens_shape_and_dtype(ex, lens_model, tiny):
+def lens_and_sizes(ex, lens_model, tiny, **kwargs):
+    """``ex.logit_lens`` of the tiny hidden states, and ``(n_hidden, n_tokens, vocab_size)``."""
     n_hidden, n_tokens, _ = tiny["hidden"].shape
-    lens = ex.logit_lens(lens_model, tiny["hidden"])
-    check_tensor(lens, "logit_lens")
-    vocab_size = lens_model.config.vocab_size
-    if tuple(lens.shape) == (n_hidden - 1, n_tokens, vocab_size):
-        diagnose("lens-embedding-layer-dropped",
-                 f"logit_lens has {n_hidden - 1} layers, expected {n_hidden}: read every hidden "
-                 f"state, the embedding layer (index 0) included")
+    lens = check_tensor(ex.logit_lens(lens_model, tiny["hidden"], **kwargs), "logit_lens")
+    return lens, (n_hidden, n_tokens, lens_model.config.vocab_size)
+
+
+def test_logit_lens_shape_and_dtype(ex, lens_model, tiny):
+    lens, (n_hidden, n_tokens, vocab_size) = lens_and_sizes(ex, lens_model, tiny)
+    expect(tuple(lens.shape) != (n_hidden - 1, n_tokens, vocab_size), "lens-embedding-layer-dropped",
+           f"logit_lens has {n_hidden - 1} layers, expected {n_hidden}: read every hidden "
+           f"state, the embedding layer (index 0) included")
     check_shape(lens, (n_hidden, n_tokens, vocab_size), "logit_lens",
                 "(n_layers + 1, T, vocab_size): one log-distribution per hidden state and position")
     assert lens.dtype == torch.float32, f"logit_lens should return float32, got {lens.dtype}"
@@ -242,17 +251,15 @@ def test_logit_lens_norms_every_layer_but_the_last_once(ex, lens_model, tiny):
 
 
 def test_logit_lens_selects_positions(ex, lens_model, tiny):
-    n_hidden, n_tokens, _ = tiny["hidden"].shape
-    lens = as_lens(ex.logit_lens(lens_model, tiny["hidden"], positions=POSITIONS))
-    vocab_size = lens_model.config.vocab_size
-    if tuple(lens.shape) == (n_hidden, n_tokens, vocab_size):
-        diagnose("lens-positions-ignored",
-                 f"logit_lens(..., positions={POSITIONS}) returned all {n_tokens} positions: "
-                 f"read only the chosen ones, hidden_states[:, positions]")
-    if tuple(lens.shape) == (len(POSITIONS), n_tokens, vocab_size):
-        diagnose("lens-positions-wrong-axis",
-                 f"logit_lens(..., positions={POSITIONS}) has shape {tuple(lens.shape)}: the "
-                 f"positions picked layers; positions are the second axis, hidden_states[:, positions]")
+    lens, (n_hidden, n_tokens, vocab_size) = lens_and_sizes(ex, lens_model, tiny,
+                                                             positions=POSITIONS)
+    lens = as_lens(lens)
+    expect(tuple(lens.shape) != (n_hidden, n_tokens, vocab_size), "lens-positions-ignored",
+           f"logit_lens(..., positions={POSITIONS}) returned all {n_tokens} positions: "
+           f"read only the chosen ones, hidden_states[:, positions]")
+    expect(tuple(lens.shape) != (len(POSITIONS), n_tokens, vocab_size), "lens-positions-wrong-axis",
+           f"logit_lens(..., positions={POSITIONS}) has shape {tuple(lens.shape)}: the "
+           f"positions picked layers; positions are the second axis, hidden_states[:, positions]")
     check_shape(lens, (n_hidden, len(POSITIONS), vocab_size), "logit_lens with positions",
                 "(n_layers + 1, P, vocab_size)")
     expected = tiny["lens"][:, POSITIONS]
@@ -614,6 +621,12 @@ def learner_lens(ex, model, reference):
     return _LEARNER_LENS["lens"]
 
 
+def learner_true_ranks(ex, smollm2, smollm2_kafka):
+    """The learner's lens of the Kafka text on SmolLM2, and its ``true_token_ranks``."""
+    lens = learner_lens(ex, smollm2[0], smollm2_kafka)
+    return lens, check_tensor(ex.true_token_ranks(lens, smollm2_kafka["ids"]), "true_token_ranks")
+
+
 def mean_true_log_prob(lens, ids):
     ids = ids.reshape(-1)
     return lens[:, :-1].gather(-1, ids[1:][None, :, None].expand(lens.shape[0], -1, 1))[..., 0].mean(1)
@@ -652,10 +665,8 @@ def test_smollm2_lens_uses_the_learned_norm(ex, smollm2, smollm2_kafka):
 
 @pytest.mark.trained
 def test_smollm2_embedding_layer_ranks_far_worse_than_the_output(ex, smollm2, smollm2_kafka):
-    model, _ = smollm2
-    lens = learner_lens(ex, model, smollm2_kafka)
-    ranks = check_tensor(ex.true_token_ranks(lens, smollm2_kafka["ids"]), "true_token_ranks").float()
-    medians = ranks.median(dim=1).values
+    _, ranks = learner_true_ranks(ex, smollm2, smollm2_kafka)
+    medians = ranks.float().median(dim=1).values
     assert medians[0] > 100 * (medians[-1] + 1), (
         f"on SmolLM2 the embedding layer's median rank of the true next token should be far worse "
         f"than the output's (measured: 26,015 against 5); got {medians[0]:.0f} against {medians[-1]:.0f}"
@@ -669,9 +680,7 @@ def test_smollm2_embedding_layer_ranks_far_worse_than_the_output(ex, smollm2, sm
 @pytest.mark.trained
 def test_smollm2_lens_rises_in_the_last_third(ex, smollm2, smollm2_kafka):
     """The plain lens is nearly blind on SmolLM2 until its last blocks."""
-    model, _ = smollm2
-    lens = learner_lens(ex, model, smollm2_kafka)
-    ranks = check_tensor(ex.true_token_ranks(lens, smollm2_kafka["ids"]), "true_token_ranks")
+    lens, ranks = learner_true_ranks(ex, smollm2, smollm2_kafka)
     check_shape(ranks, (lens.shape[0], lens.shape[1] - 1), "true_token_ranks on SmolLM2")
     log_probs = mean_true_log_prob(lens, smollm2_kafka["ids"])
     n_layers = lens.shape[0] - 1

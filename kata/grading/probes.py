@@ -31,6 +31,8 @@ from typing import Any, Callable
 
 import torch
 
+from ..reference import reference_log_probs, scaled_block_log_probs
+
 PROBE_TEXT = "The cat sat on the mat because it was"
 TARGET = " tired"
 FACTOR = 0.8
@@ -96,29 +98,6 @@ def _ref_laminar(hidden, skip_first=True):
     return torch.stack([_ref_cosine(layer)[rows, cols] for layer in hidden])
 
 
-def _ref_log_probs(model, input_ids):
-    with torch.no_grad():
-        logits = model(input_ids=input_ids).logits[0, -1]
-    return torch.log_softmax(logits.float(), dim=-1)
-
-
-def _ref_scaling(model, input_ids, target_id, factor=FACTOR):
-    from kata import blocks
-    from kata.compat import block_hidden, with_block_hidden
-
-    def hook(module, inputs, output):
-        return with_block_hidden(output, block_hidden(output) * factor)
-
-    values = []
-    for block in blocks(model):
-        handle = block.register_forward_hook(hook, prepend=True)
-        try:
-            values.append(_ref_log_probs(model, input_ids)[target_id])
-        finally:
-            handle.remove()
-    return torch.stack(values)
-
-
 def _target_id():
     _, tokenizer = _tiny()
     return tokenizer.encode(TARGET)[0]
@@ -151,15 +130,17 @@ PROBES: dict[str, list[Probe]] = {
     "ex3": [
         Probe("target_token_id", lambda: (_tiny()[1], TARGET), _target_id),
         Probe("next_token_log_probs", _model_and(lambda: _tokens()["input_ids"]),
-              lambda: _ref_log_probs(_tiny()[0], _tokens()["input_ids"])),
+              lambda: reference_log_probs(_tiny()[0], _tokens()["input_ids"])),
         Probe("scaling_experiment",
               _model_and(lambda: _tokens()["input_ids"], _target_id, lambda: FACTOR),
-              lambda: _ref_scaling(_tiny()[0], _tokens()["input_ids"], _target_id())),
+              lambda: scaled_block_log_probs(_tiny()[0], _tokens()["input_ids"], _target_id(),
+                                             FACTOR)),
     ],
     "ex4": [
         Probe("fast_scaling_experiment",
               _model_and(lambda: _tokens()["input_ids"], _target_id, lambda: FACTOR),
-              lambda: _ref_scaling(_tiny()[0], _tokens()["input_ids"], _target_id())),
+              lambda: scaled_block_log_probs(_tiny()[0], _tokens()["input_ids"], _target_id(),
+                                             FACTOR)),
     ],
 }
 

@@ -9,32 +9,15 @@ process, so the session's models are loaded once for all of them.
 
 from __future__ import annotations
 
-import importlib
-import textwrap
-
 import pytest
 
 from kata.diagnosis import diagnosis_of
-from kata.manifest import load_manifest
+from tests.maintainer.planting import catalogue, run_planted
 from tests.mistakes import Mistake
 
 pytestmark = pytest.mark.maintainer
 
-EXERCISES = {exercise.id: exercise for exercise in load_manifest()}
-
-
-def catalogue() -> list[Mistake]:
-    mistakes = []
-    for exercise_id in EXERCISES:
-        try:
-            module = importlib.import_module(f"tests.mistakes.{exercise_id}")
-        except ModuleNotFoundError:
-            continue
-        mistakes += module.MISTAKES
-    return mistakes
-
-
-MISTAKES = catalogue()
+MISTAKES: list[Mistake] = catalogue("mistakes", "MISTAKES")
 
 
 class FirstFailure:
@@ -75,20 +58,9 @@ class FirstFailure:
 def run_tests_with_mistake(mistake: Mistake, rootpath, tmp_path) -> FirstFailure:
     """Run the exercise's tests with the mistake planted: the fast tests on the tiny model first,
     then, only if none of them failed, all of them."""
-    patch = tmp_path / f"{mistake.exercise}_{mistake.id}.py"
-    patch.write_text(textwrap.dedent(mistake.code))
-    exercise = EXERCISES[mistake.exercise]
     for selection in (["-m", "not trained"], []):
         first = FirstFailure()
-        pytest.main(
-            [
-                str(rootpath / exercise.tests), "--impl", "solutions", *selection,
-                f"--kata-patch={mistake.exercise}={patch}",
-                "-q", "-p", "no:cacheprovider", "-p", "no:unraisableexception",
-                "--tb=native", "-o", "addopts=",
-            ],
-            plugins=[first],
-        )
+        run_planted(mistake, rootpath, tmp_path, first, selection)
         if first.test is not None:
             break
     return first

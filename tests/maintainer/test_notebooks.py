@@ -164,12 +164,28 @@ def test_generated_notebooks_are_up_to_date():
                        "run python -m kata.notebook build")
 
 
-def test_every_exercise_has_a_notebook_with_the_same_setup_cell():
+def test_every_exercise_has_a_notebook_that_the_build_gives_the_one_setup_cell():
+    import nbformat
+
     sources = list(kn.targets())
     numbers = {int(re.match(r"ex(\d+)_", s.name).group(1)) for s in sources}
     assert _numbers() <= numbers, "an exercise of the manifest has no notebooks/src/exN_*.py"
-    firsts = {kn.parse_percent(s.read_text(encoding="utf-8"))[1]["source"] for s in sources}
-    assert len(firsts) == 1, "the notebooks' set-up cells differ: keep them identical"
+    setup = kn.setup_cell()
+    for source, notebook in kn.targets().items():
+        marked = kn.parse_percent(source.read_text(encoding="utf-8"))[1]
+        assert kn.SETUP_TAG in marked["tags"] and marked["source"] == kn.SETUP_MARKER, \
+            f"{source.name}: its second cell is not the set-up marker cell"
+        built = nbformat.reads(kn.notebook_json(source), as_version=4).cells[1]
+        assert built.cell_type == "code" and built.source == setup["source"] \
+            and built.metadata.get("tags") == setup["tags"], \
+            f"the build did not put notebooks/src/_setup.py's cell into {notebook.name}"
+
+
+def test_build_refuses_code_in_a_setup_marker_cell(tmp_path):
+    source = tmp_path / "ex9_own_setup.py"
+    source.write_text(f'# %% tags=["setup"]\n{kn.SETUP_MARKER}\nimport os\n', encoding="utf-8")
+    with pytest.raises(ValueError, match="must hold only"):
+        kn.source_cells(source)
 
 
 def test_untouched_stub_call_names_the_function_to_write(monkeypatch, capsys):

@@ -10,18 +10,16 @@ The runs happen in this process, so the session's models are loaded once for all
 from __future__ import annotations
 
 import ast
-import importlib
 import textwrap
 
 import pytest
 
 from kata.diagnosis import diagnosis_of
-from kata.manifest import load_manifest
+from tests.maintainer.planting import EXERCISES, catalogue, run_planted
 from tests.variants import Variant
 
 pytestmark = pytest.mark.maintainer
 
-EXERCISES = {exercise.id: exercise for exercise in load_manifest()}
 MIN_VARIANTS_PER_EXERCISE = 4
 
 # Slow tests (tens of SmolLM2 forward passes), run only for the variants that redefine one of the
@@ -49,18 +47,7 @@ def slow_tests_to_skip(variant: Variant) -> list[str]:
             if nodeid.startswith(exercise.tests + "::") and not uses & defined]
 
 
-def catalogue() -> list[Variant]:
-    variants = []
-    for exercise_id in EXERCISES:
-        try:
-            module = importlib.import_module(f"tests.variants.{exercise_id}")
-        except ModuleNotFoundError:
-            continue
-        variants += module.VARIANTS
-    return variants
-
-
-VARIANTS = catalogue()
+VARIANTS: list[Variant] = catalogue("variants", "VARIANTS")
 
 
 class Outcomes:
@@ -94,22 +81,11 @@ class Outcomes:
 
 
 def run_tests_with_variant(variant: Variant, rootpath, tmp_path) -> Outcomes:
-    patch = tmp_path / f"{variant.exercise}_{variant.id}.py"
-    patch.write_text(textwrap.dedent(variant.code))
-    exercise = EXERCISES[variant.exercise]
     outcomes = Outcomes()
     deselect = [f"--deselect={nodeid}" for nodeid in slow_tests_to_skip(variant)]
     if variant.exercise in TINY_MODEL_ONLY:
         deselect += ["-m", "not trained"]
-    pytest.main(
-        [
-            str(rootpath / exercise.tests), "--impl", "solutions", *deselect,
-            f"--kata-patch={variant.exercise}={patch}",
-            "-q", "-p", "no:cacheprovider", "-p", "no:unraisableexception",
-            "--tb=native", "-o", "addopts=",
-        ],
-        plugins=[outcomes],
-    )
+    run_planted(variant, rootpath, tmp_path, outcomes, deselect)
     return outcomes
 
 

@@ -7,10 +7,13 @@ mistake patched in and checks that the first failing test names that diagnosis.
 
 A mistake's ``code`` redefines public functions only; it may define its own private helpers, but
 never calls the solution's private ones (they are not part of any contract and may be renamed).
+Mistakes are built with :func:`catalogue` from small :func:`template`\ s (and
+:func:`wrapped_figure` for a figure drawn right, then spoiled), so each states only what differs.
 """
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 
 
@@ -21,3 +24,57 @@ class Mistake:
     summary: str  # what the learner did wrong, in plain words
     diagnosis: str  # the diagnosis id the first failing test must report
     code: str  # replacement definition(s), executed in the solution module's namespace
+
+
+def catalogue(exercise: str, *entries: tuple[str, str, str, str]) -> list[Mistake]:
+    """``Mistake``s of ``exercise`` from ``(id, summary, diagnosis, code)`` rows."""
+    return [Mistake(id=id, exercise=exercise, summary=summary, diagnosis=diagnosis, code=code)
+            for id, summary, diagnosis, code in entries]
+
+
+def template(code: str, **defaults: str):
+    """A code template: ``template(code, SLOT=default)(SLOT=...)`` gives ``code`` with each
+    ``{SLOT}`` filled, so a mistake states only what differs from the correct shape.
+
+    Slots are filled in the order of ``defaults``, so a filling may itself name a later slot
+    (``READ="torch.softmax(unembed({NORMED}), dim=-1)"``). A slot alone on its line takes a
+    block of lines, indented like the slot; an empty filling removes the line. Braces that name
+    no slot (f-strings, ``{}``) are left alone.
+    """
+
+    def fill(**slots: str) -> str:
+        unknown = set(slots) - set(defaults)
+        if unknown:
+            raise TypeError(f"the template has no slot {sorted(unknown)}")
+        text = code
+        for name, value in {**defaults, **slots}.items():
+            value = textwrap.dedent(value).strip("\n")
+            lines = []
+            for line in text.split("\n"):
+                if line.strip() == "{" + name + "}":
+                    pad = line[: len(line) - len(line.lstrip())]
+                    lines += [pad + part if part else part for part in value.split("\n") if value]
+                else:
+                    lines.append(line.replace("{" + name + "}", value))
+            text = "\n".join(lines)
+        return text
+
+    return fill
+
+
+def wrapped_figure(function: str, parameters: str, change: str, before: str = "") -> str:
+    """A mistake that draws the solution's figure with ``function(parameters)``, then ``change``s
+    it (lines run with ``fig`` bound; ``before``: code ahead of the wrapper, such as helpers)."""
+    arguments = ", ".join(p.split("=")[0].strip() for p in parameters.split(","))
+    return template('''
+{BEFORE}
+_solution_{FUNCTION} = {FUNCTION}
+
+
+def {FUNCTION}({PARAMETERS}):
+    fig = _solution_{FUNCTION}({ARGUMENTS})
+    {CHANGE}
+    return fig
+''', BEFORE="", FUNCTION="", PARAMETERS="", ARGUMENTS="", CHANGE="")(
+        BEFORE=before, FUNCTION=function, PARAMETERS=parameters, ARGUMENTS=arguments,
+        CHANGE=change)

@@ -6,7 +6,7 @@ so the other solution functions call the patched ones. Mistakes never call the s
 private helpers; a learner's own helper is part of the mistake's code.
 """
 
-from tests.mistakes import Mistake
+from tests.mistakes import catalogue, template, wrapped_figure
 
 # ----------------------------------------------------------------------------- the prediction
 
@@ -28,17 +28,22 @@ def _my_logits(model, input_ids, position=-1, no_grad=True, check_length=True):
 '''
 
 
-def _prediction(log_probs: str, logits_call: str = "_my_logits(model, input_ids)") -> str:
-    return _LOGITS + f'''
-
+_next_log_probs = template('''
 def next_token_log_probs(model, input_ids):
-    return {log_probs}
+    return {LOG_PROBS}
+''', LOG_PROBS="")
 
-
+# top_next_tokens: the scores it ranks (SCORES), the pairs it returns (PAIRS, of LISTED pairs).
+_top = template('''
 def top_next_tokens(model, tokenizer, input_ids, k=21):
-    top = torch.topk({logits_call}, k)
-    return [(tokenizer.decode([i]), v) for i, v in zip(top.indices.tolist(), top.values.tolist())]
-'''
+    top = torch.topk({SCORES}, k)
+    return {PAIRS}
+''', SCORES="_my_logits(model, input_ids)", PAIRS="{LISTED}",
+    LISTED="[(tokenizer.decode([i]), v) for i, v in zip(top.indices.tolist(), top.values.tolist())]")
+
+
+def _prediction(log_probs: str, logits_call: str = "_my_logits(model, input_ids)") -> str:
+    return _LOGITS + _next_log_probs(LOG_PROBS=log_probs) + _top(SCORES=logits_call)
 
 
 _LOGITS_NOT_LOG_SOFTMAX = _prediction("_my_logits(model, input_ids)  # raw logits")
@@ -65,26 +70,11 @@ def next_token_log_probs(model, input_ids):
         logits = model(torch.as_tensor(input_ids)).logits
     return torch.log_softmax(logits[0, -1].float(), dim=-1)
 '''
-_TOP_TOKENS_LOWEST_FIRST = _LOGITS + '''
-
-def top_next_tokens(model, tokenizer, input_ids, k=21):
-    top = torch.topk(_my_logits(model, input_ids), k)
-    pairs = [(tokenizer.decode([i]), v) for i, v in zip(top.indices.tolist(), top.values.tolist())]
-    return sorted(pairs, key=lambda pair: pair[1])  # ascending
-'''
-_TOP_LOGIT_TENSOR = _LOGITS + '''
-
-def top_next_tokens(model, tokenizer, input_ids, k=21):
-    top = torch.topk(_my_logits(model, input_ids), k)
-    return [(tokenizer.decode([int(i)]), v) for i, v in zip(top.indices, top.values)]  # 0-d tensors
-'''
-
-_TOP_TOKENS_LOG_PROBS = '''
-def top_next_tokens(model, tokenizer, input_ids, k=21):
-    log_probs = next_token_log_probs(model, input_ids)  # not the logits of figure 10
-    top = torch.topk(log_probs, k)
-    return [(tokenizer.decode([i]), v) for i, v in zip(top.indices.tolist(), top.values.tolist())]
-'''
+_TOP_TOKENS_LOWEST_FIRST = _LOGITS + _top(PAIRS="sorted({LISTED}, key=lambda pair: pair[1])  # ascending")
+_TOP_LOGIT_TENSOR = _LOGITS + _top(
+    LISTED="[(tokenizer.decode([int(i)]), v) for i, v in zip(top.indices, top.values)]  # 0-d tensors")
+# log-softmax values, not the logits of figure 10
+_TOP_TOKENS_LOG_PROBS = _top(SCORES="next_token_log_probs(model, input_ids)")
 
 # ----------------------------------------------------------------------------- the tokens
 
@@ -109,227 +99,160 @@ def target_token_id(tokenizer, word):
 
 # ----------------------------------------------------------------------------- the hook
 
-_HOOK_TENSOR_AS_TUPLE = '''
+_hook = template('''
 def make_scaling_hook(factor):
     def scale_output(module, inputs, output):
-        hidden, *rest = output  # the post's unpacking: on a tensor, hidden is output[0]
-        return (hidden * factor, *rest)
+        {SCALE}
     return scale_output
-'''
+''', SCALE="")
 
-_HOOK_TUPLE_AS_TENSOR = '''
-def make_scaling_hook(factor):
-    def scale_output(module, inputs, output):
-        return output * factor  # a tuple cannot be multiplied by a float
-    return scale_output
-'''
-
-_HOOK_IN_PLACE = '''
-def make_scaling_hook(factor):
-    def scale_output(module, inputs, output):
-        if isinstance(output, tuple):
-            output[0].mul_(factor)
-            return output
-        return output.mul_(factor)
-    return scale_output
-'''
+_HOOK_TENSOR_AS_TUPLE = _hook(SCALE='''
+hidden, *rest = output  # the post's unpacking: on a tensor, hidden is output[0]
+return (hidden * factor, *rest)
+''')
+_HOOK_TUPLE_AS_TENSOR = _hook(SCALE="return output * factor  # a tuple cannot be multiplied by a float")
+_HOOK_IN_PLACE = _hook(SCALE='''
+if isinstance(output, tuple):
+    output[0].mul_(factor)
+    return output
+return output.mul_(factor)
+''')
 
 # ----------------------------------------------------------------------------- the experiment
 
-_HOOK_NEVER_REMOVED = '''
+# A scaling_experiment that never checks target_id (the solution does), with a slot for each
+# part the mistakes change.
+_scaling = template('''
 def scaling_experiment(model, input_ids, target_id, factor=0.8):
-    hook = make_scaling_hook(factor)
-    values = torch.empty(len(kata.blocks(model)))
-    for i, block in enumerate(kata.blocks(model)):
-        block.register_forward_hook(hook, prepend=True)  # the handle is thrown away
-        values[i] = next_token_log_probs(model, input_ids)[target_id]
+    {CHECK}
+    {HOOK}
+    values = {VALUES}
+    for i, block in enumerate({BLOCKS}):
+        {RUN}
     return values
-'''
+''', CHECK="", HOOK="hook = make_scaling_hook(factor)", VALUES="torch.empty(len(kata.blocks(model)))",
+    BLOCKS="kata.blocks(model)", RUN='''
+handle = {REGISTER}
+try:
+    values[i] = next_token_log_probs(model, input_ids)[target_id]
+finally:
+    handle.remove()
+''', REGISTER="block.register_forward_hook(hook, prepend=True)")
 
-_HOOK_REMOVED_WITHOUT_FINALLY = '''
-def scaling_experiment(model, input_ids, target_id, factor=0.8):
-    hook = make_scaling_hook(factor)
-    values = torch.empty(len(kata.blocks(model)))
-    for i, block in enumerate(kata.blocks(model)):
-        handle = block.register_forward_hook(hook, prepend=True)
-        values[i] = next_token_log_probs(model, input_ids)[target_id]  # if this raises ...
-        handle.remove()  # ... this never runs
-    return values
-'''
-
-_SCALED_BLOCK_INPUT = '''
-def scaling_experiment(model, input_ids, target_id, factor=0.8):
-    def scale_input(module, args):
-        return (args[0] * factor, *args[1:])
-
-    values = torch.empty(len(kata.blocks(model)))
-    for i, block in enumerate(kata.blocks(model)):
-        handle = block.register_forward_pre_hook(scale_input)  # the input, not the output
-        try:
-            values[i] = next_token_log_probs(model, input_ids)[target_id]
-        finally:
-            handle.remove()
-    return values
-'''
-
-_HOOK_WITHOUT_PREPEND = '''
-def scaling_experiment(model, input_ids, target_id, factor=0.8):
-    hook = make_scaling_hook(factor)
-    values = torch.empty(len(kata.blocks(model)))
-    for i, block in enumerate(kata.blocks(model)):
-        handle = block.register_forward_hook(hook)  # runs after the hooks already there
-        try:
-            values[i] = next_token_log_probs(model, input_ids)[target_id]
-        finally:
-            handle.remove()
-    return values
-'''
-
-_ONE_VALUE_PER_HIDDEN_STATE = '''
-def scaling_experiment(model, input_ids, target_id, factor=0.8):
-    hook = make_scaling_hook(factor)
-    values = torch.zeros(model.config.num_hidden_layers + 1)  # sized like hidden_states
-    for i, block in enumerate(kata.blocks(model)):
-        handle = block.register_forward_hook(hook, prepend=True)
-        try:
-            values[i] = next_token_log_probs(model, input_ids)[target_id]
-        finally:
-            handle.remove()
-    return values
-'''
-
-_GPT2_NAMES = '''
-def scaling_experiment(model, input_ids, target_id, factor=0.8):
-    if not 0 <= target_id < model.config.vocab_size:
-        raise ValueError(f"target_id {target_id} is not a token id")
-    hook = make_scaling_hook(factor)
-    values = torch.empty(model.config.n_layer)  # GPT-2's name
-    for i, block in enumerate(model.transformer.h):
-        handle = block.register_forward_hook(hook, prepend=True)
-        try:
-            values[i] = next_token_log_probs(model, input_ids)[target_id]
-        finally:
-            handle.remove()
-    return values
-'''
-
-_TARGET_NOT_CHECKED = '''
-def scaling_experiment(model, input_ids, target_id, factor=0.8):
-    hook = make_scaling_hook(factor)
-    values = torch.empty(len(kata.blocks(model)))
-    for i, block in enumerate(kata.blocks(model)):
-        handle = block.register_forward_hook(hook, prepend=True)
-        try:
-            values[i] = next_token_log_probs(model, input_ids)[target_id]  # torch's IndexError
-        finally:
-            handle.remove()
-    return values
-'''
+_HOOK_NEVER_REMOVED = _scaling(RUN='''
+block.register_forward_hook(hook, prepend=True)  # the handle is thrown away
+values[i] = next_token_log_probs(model, input_ids)[target_id]
+''')
+_HOOK_REMOVED_WITHOUT_FINALLY = _scaling(RUN='''
+handle = {REGISTER}
+values[i] = next_token_log_probs(model, input_ids)[target_id]  # if this raises ...
+handle.remove()  # ... this never runs
+''')
+_SCALED_BLOCK_INPUT = _scaling(HOOK='''
+def scale_input(module, args):
+    return (args[0] * factor, *args[1:])
+''', REGISTER="block.register_forward_pre_hook(scale_input)  # the input, not the output")
+_HOOK_WITHOUT_PREPEND = _scaling(
+    REGISTER="block.register_forward_hook(hook)  # runs after the hooks already there")
+_ONE_VALUE_PER_HIDDEN_STATE = _scaling(
+    VALUES="torch.zeros(model.config.num_hidden_layers + 1)  # sized like hidden_states")
+_GPT2_NAMES = _scaling(CHECK='''
+if not 0 <= target_id < model.config.vocab_size:
+    raise ValueError(f"target_id {target_id} is not a token id")
+''', VALUES="torch.empty(model.config.n_layer)  # GPT-2's name", BLOCKS="model.transformer.h")
+_TARGET_NOT_CHECKED = _scaling()  # torch's IndexError
 
 # ----------------------------------------------------------------------------- the figure
 
-_CLEAN_LINE_SOLID = '''
-_solution_plot = plot_scaling_experiment
+
+def _figure(change):
+    return wrapped_figure("plot_scaling_experiment", "values, clean_value", change)
 
 
-def plot_scaling_experiment(values, clean_value):
-    fig = _solution_plot(values, clean_value)
-    for line in fig.axes[0].get_lines():
-        line.set_linestyle("-")
-    return fig
-'''
-
-_CLEAN_LINE_UNLABELLED = '''
-_solution_plot = plot_scaling_experiment
+_CLEAN_LINE_SOLID = _figure('''
+for line in fig.axes[0].get_lines():
+    line.set_linestyle("-")
+''')
+_CLEAN_LINE_UNLABELLED = _figure("fig.axes[0].get_legend().remove()")
 
 
-def plot_scaling_experiment(values, clean_value):
-    fig = _solution_plot(values, clean_value)
-    fig.axes[0].get_legend().remove()
-    return fig
-'''
-
-
-def _mistake(id, summary, diagnosis, code):
-    return Mistake(id=id, exercise="ex3", summary=summary, diagnosis=diagnosis, code=code)
-
-
-MISTAKES = [
-    _mistake("logits-not-log-softmax",
+MISTAKES = catalogue(
+    "ex3",
+    ("logits-not-log-softmax",
              "next_token_log_probs returns the raw logits of the last position",
              "logits-not-log-softmax", _LOGITS_NOT_LOG_SOFTMAX),
-    _mistake("softmax-not-log-softmax",
+    ("softmax-not-log-softmax",
              "next_token_log_probs returns probabilities (softmax), not their logarithm",
              "softmax-not-log-softmax", _SOFTMAX_NOT_LOG_SOFTMAX),
-    _mistake("log-softmax-over-positions",
+    ("log-softmax-over-positions",
              "next_token_log_probs normalises over the positions (dim=1) instead of the vocabulary",
              "log-softmax-over-positions", _LOG_SOFTMAX_OVER_POSITIONS),
-    _mistake("first-position",
+    ("first-position",
              "the prediction is read from the first position's logits instead of the last",
              "first-position-logits", _FIRST_POSITION),
-    _mistake("autograd-graph-kept",
+    ("autograd-graph-kept",
              "the model runs without torch.no_grad(), so the results carry an autograd graph",
              "prediction-autograd-graph-kept", _NO_GRAD_MISSING),
-    _mistake("context-length-not-checked",
+    ("context-length-not-checked",
              "a text longer than the model's context reaches the model and fails deep inside it",
              "prediction-context-length-not-checked", _CONTEXT_LENGTH_NOT_CHECKED),
-    _mistake("top-tokens-lowest-first",
+    ("top-tokens-lowest-first",
              "top_next_tokens lists the 21 tokens lowest logit first",
              "top-tokens-lowest-first", _TOP_TOKENS_LOWEST_FIRST),
-    _mistake("top-tokens-log-probs",
+    ("top-tokens-log-probs",
              "top_next_tokens lists log-softmax values instead of the raw logits of figure 10",
              "top-tokens-log-probs", _TOP_TOKENS_LOG_PROBS),
-    _mistake("unique-tokens-not-deduplicated",
+    ("unique-tokens-not-deduplicated",
              "text_stats counts every token as unique (len(ids) instead of len(set(ids)))",
              "set-of-tensors", _UNIQUE_TOKENS_NOT_DEDUPLICATED),
-    _mistake("multi-token-target-truncated",
+    ("multi-token-target-truncated",
              "target_token_id silently keeps the first piece of a word split into several tokens",
              "multi-token-target-truncated", _MULTI_TOKEN_TARGET_TRUNCATED),
-    _mistake("hook-tensor-as-tuple",
+    ("hook-tensor-as-tuple",
              "the hook unpacks a tensor output like a tuple (output[0] drops the batch dimension)",
              "hook-tensor-as-tuple", _HOOK_TENSOR_AS_TUPLE),
-    _mistake("hook-tuple-as-tensor",
+    ("hook-tuple-as-tensor",
              "the hook multiplies a tuple output as if it were a tensor",
              "hook-tuple-as-tensor", _HOOK_TUPLE_AS_TENSOR),
-    _mistake("hook-in-place",
+    ("hook-in-place",
              "the hook scales the block's output in place (mul_)",
              "hook-in-place", _HOOK_IN_PLACE),
-    _mistake("hook-never-removed",
+    ("hook-never-removed",
              "scaling_experiment never removes its hooks, so the scalings pile up",
              "hook-left-on-model", _HOOK_NEVER_REMOVED),
-    _mistake("hook-removed-without-finally",
+    ("hook-removed-without-finally",
              "scaling_experiment removes each hook after the forward pass, not in finally",
              "scaling-hook-not-removed-on-error", _HOOK_REMOVED_WITHOUT_FINALLY),
-    _mistake("scaled-block-input",
+    ("scaled-block-input",
              "scaling_experiment scales each block's input (a forward pre-hook), not its output",
              "scaled-block-input", _SCALED_BLOCK_INPUT),
-    _mistake("hook-without-prepend",
+    ("hook-without-prepend",
              "scaling_experiment registers its hook without prepend=True; the values are right, "
              "but hooks already on the block (transformers 5's hidden-state recorders) see the "
              "unscaled output, which only matters to code that reads hidden states",
              "hook-without-prepend", _HOOK_WITHOUT_PREPEND),
-    _mistake("one-value-per-hidden-state",
+    ("one-value-per-hidden-state",
              "scaling_experiment returns n_layers + 1 values, sized like hidden_states",
              "one-value-per-hidden-state", _ONE_VALUE_PER_HIDDEN_STATE),
-    _mistake("clean-line-solid",
+    ("clean-line-solid",
              "the clean line of figure 11 is solid, not dashed",
              "clean-line-missing", _CLEAN_LINE_SOLID),
-    _mistake("clean-line-unlabelled",
+    ("clean-line-unlabelled",
              "the clean line of figure 11 does not show the clean value",
              "clean-line-unlabelled", _CLEAN_LINE_UNLABELLED),
-    _mistake("set-of-tensors",
+    ("set-of-tensors",
              "text_stats counts distinct tokens with a set of 0-d tensors, which hash by identity",
              "set-of-tensors", _SET_OF_TENSORS),
-    _mistake("unbatched-input",
+    ("unbatched-input",
              "next_token_log_probs passes a (T,) input to the model without a batch dimension",
              "unbatched-input", _UNBATCHED_INPUT),
-    _mistake("top-logit-tensor",
+    ("top-logit-tensor",
              "top_next_tokens returns each logit as a 0-d tensor, not a Python float",
              "top-logit-not-float", _TOP_LOGIT_TENSOR),
-    _mistake("gpt2-names-on-llama",
+    ("gpt2-names-on-llama",
              "scaling_experiment uses model.config.n_layer and model.transformer.h (GPT-2 only)",
              "gpt2-names-in-scaling-experiment", _GPT2_NAMES),
-    _mistake("target-id-not-checked",
+    ("target-id-not-checked",
              "scaling_experiment lets a bad target_id reach torch's indexing",
              "target-id-not-checked", _TARGET_NOT_CHECKED),
-]
+)

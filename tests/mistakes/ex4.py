@@ -1,6 +1,6 @@
 """Plausible wrong answers to exercise 4, and the diagnosis their first failure must name."""
 
-from tests.mistakes import Mistake
+from tests.mistakes import catalogue, template
 
 # The learner's own hook factory, shared by the mistakes below (the solution's is private).
 _APPEND = '''
@@ -12,13 +12,52 @@ def _append_row(factor):
     return hook
 '''
 
-MISTAKES = [
-    Mistake(
-        id="loop-instead-of-batch",
-        exercise="ex4",
-        summary="kept exercise 3's loop, one forward pass per block",
-        diagnosis="loop-instead-of-batch",
-        code='''
+# The batched experiment, each part in a slot: the extra SETUP, the hooks (HOOK_ALL, of HOOK), the
+# forward pass (FORWARD: the BATCH run, the LOGITS read), the removal (REMOVE), and how the run
+# holds them together (RUN).
+_batched = template('''
+def fast_scaling_experiment(model, input_ids, target_id, factor=0.8):
+    input_ids = kata.one_sequence(input_ids, model)
+    {SETUP}
+    handles = []
+    {RUN}
+    return torch.log_softmax(logits.float(), dim=-1)[1:, target_id].cpu()
+''', SETUP="", RUN='''
+try:
+    {HOOK_ALL}
+    {FORWARD}
+finally:
+    {REMOVE}
+''', HOOK_ALL='''
+for i, block in enumerate(kata.blocks(model)):
+    handles.append(block.register_forward_hook({HOOK}, prepend=True))
+''', FORWARD='''
+with torch.no_grad():
+    final = model.base_model(input_ids={BATCH}, use_cache=False).last_hidden_state
+    logits = {LOGITS}
+''', REMOVE='''
+for handle in handles:
+    handle.remove()
+''', HOOK="_append_row(factor)", BATCH="input_ids",
+    LOGITS="model.get_output_embeddings()(final[:, -1])")
+
+_SCALE_ROW = '''
+batch = input_ids.repeat(len(kata.blocks(model)) + 1, 1)
+
+def scale_row(row):
+    def hook(module, inputs, output):
+        hidden = output[0] if isinstance(output, tuple) else output
+        mask = torch.ones(hidden.shape[0], 1, 1, device=hidden.device)
+        mask[row] = factor
+        hidden = hidden * mask
+        return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
+    return hook
+'''
+
+MISTAKES = catalogue(
+    "ex4",
+    ("loop-instead-of-batch", "kept exercise 3's loop, one forward pass per block",
+     "loop-instead-of-batch", '''
 def fast_scaling_experiment(model, input_ids, target_id, factor=0.8):
     input_ids = kata.one_sequence(input_ids, model)
     values = []
@@ -34,68 +73,15 @@ def fast_scaling_experiment(model, input_ids, target_id, factor=0.8):
             handle.remove()
         values.append(torch.log_softmax(logits.float(), dim=-1)[target_id])
     return torch.stack(values).cpu()
-''',
-    ),
-    Mistake(
-        id="no-prefix-reuse",
-        exercise="ex4",
-        summary="batched all n_layers + 1 rows from the embeddings on, recomputing the clean prefix",
-        diagnosis="clean-prefix-recomputed",
-        code='''
-def fast_scaling_experiment(model, input_ids, target_id, factor=0.8):
-    input_ids = kata.one_sequence(input_ids, model)
-    blocks = kata.blocks(model)
-    batch = input_ids.repeat(len(blocks) + 1, 1)
-
-    def scale_row(row):
-        def hook(module, inputs, output):
-            hidden = output[0] if isinstance(output, tuple) else output
-            mask = torch.ones(hidden.shape[0], 1, 1, device=hidden.device)
-            mask[row] = factor
-            hidden = hidden * mask
-            return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
-        return hook
-
-    handles = []
-    try:
-        for i, block in enumerate(blocks):
-            handles.append(block.register_forward_hook(scale_row(i + 1), prepend=True))
-        with torch.no_grad():
-            final = model.base_model(input_ids=batch, use_cache=False).last_hidden_state
-            logits = model.get_output_embeddings()(final[:, -1])
-    finally:
-        for handle in handles:
-            handle.remove()
-    return torch.log_softmax(logits.float(), dim=-1)[1:, target_id].cpu()
-''',
-    ),
-    Mistake(
-        id="unembeds-every-position",
-        exercise="ex4",
-        summary="computed logits for every position and only then took the last one",
-        diagnosis="unembeds-every-position",
-        code=_APPEND + '''
-def fast_scaling_experiment(model, input_ids, target_id, factor=0.8):
-    input_ids = kata.one_sequence(input_ids, model)
-    handles = []
-    try:
-        for block in kata.blocks(model):
-            handles.append(block.register_forward_hook(_append_row(factor), prepend=True))
-        with torch.no_grad():
-            final = model.base_model(input_ids=input_ids, use_cache=False).last_hidden_state
-            logits = model.get_output_embeddings()(final)[:, -1]
-    finally:
-        for handle in handles:
-            handle.remove()
-    return torch.log_softmax(logits.float(), dim=-1)[1:, target_id].cpu()
-''',
-    ),
-    Mistake(
-        id="clean-row-kept",
-        exercise="ex4",
-        summary="returned rows 0 .. n-1, the clean run first, instead of rows 1 .. n",
-        diagnosis="clean-row-kept",
-        code='''
+'''),
+    ("no-prefix-reuse",
+     "batched all n_layers + 1 rows from the embeddings on, recomputing the clean prefix",
+     "clean-prefix-recomputed", _batched(SETUP=_SCALE_ROW, HOOK="scale_row(i + 1)", BATCH="batch")),
+    ("unembeds-every-position", "computed logits for every position and only then took the last one",
+     "unembeds-every-position",
+     _APPEND + _batched(LOGITS="model.get_output_embeddings()(final)[:, -1]")),
+    ("clean-row-kept", "returned rows 0 .. n-1, the clean run first, instead of rows 1 .. n",
+     "clean-row-kept", '''
 _right_answer = fast_scaling_experiment
 
 def fast_scaling_experiment(model, input_ids, target_id, factor=0.8):
@@ -104,26 +90,9 @@ def fast_scaling_experiment(model, input_ids, target_id, factor=0.8):
         clean = torch.log_softmax(model(input_ids).logits[0, -1].float(), dim=-1)[target_id]
     values = _right_answer(model, input_ids, target_id, factor)
     return torch.cat([clean[None].cpu(), values[:-1]])
-''',
-    ),
-    Mistake(
-        id="hooks-not-removed-on-error",
-        exercise="ex4",
-        summary="removed the hooks after the forward pass but not in a finally block",
-        diagnosis="fast-scaling-hooks-not-removed-on-error",
-        code=_APPEND + '''
-def fast_scaling_experiment(model, input_ids, target_id, factor=0.8):
-    input_ids = kata.one_sequence(input_ids, model)
-    handles = [
-        block.register_forward_hook(_append_row(factor), prepend=True)
-        for block in kata.blocks(model)
-    ]
-    with torch.no_grad():
-        final = model.base_model(input_ids=input_ids, use_cache=False).last_hidden_state
-        logits = model.get_output_embeddings()(final[:, -1])
-    for handle in handles:
-        handle.remove()
-    return torch.log_softmax(logits.float(), dim=-1)[1:, target_id].cpu()
-''',
-    ),
-]
+'''),
+    ("hooks-not-removed-on-error",
+     "removed the hooks after the forward pass but not in a finally block",
+     "fast-scaling-hooks-not-removed-on-error",
+     _APPEND + _batched(RUN="{HOOK_ALL}\n{FORWARD}\n{REMOVE}")),
+)

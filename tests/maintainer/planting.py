@@ -1,0 +1,46 @@
+"""Planting catalogued code into the solutions and running an exercise's tests on it.
+
+Shared by ``test_mistakes.py`` (each mistake must be caught and named) and ``test_variants.py``
+(each correct variant must pass): an entry's ``code`` is written to a file and planted on top of
+``solutions/`` with ``--kata-patch``; the exercise's tests then run in this process, so the
+session's models are loaded once for every run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import textwrap
+
+import pytest
+
+from kata.manifest import load_manifest
+
+EXERCISES = {exercise.id: exercise for exercise in load_manifest()}
+
+
+def catalogue(package: str, name: str) -> list:
+    """``name`` (``MISTAKES``, ``VARIANTS``) of every ``tests/<package>/exN.py`` there is."""
+    entries = []
+    for exercise_id in EXERCISES:
+        try:
+            module = importlib.import_module(f"tests.{package}.{exercise_id}")
+        except ModuleNotFoundError:
+            continue
+        entries += getattr(module, name)
+    return entries
+
+
+def run_planted(entry, rootpath, tmp_path, plugin, options=()) -> None:
+    """Run the tests of ``entry.exercise`` against the solutions with ``entry.code`` planted,
+    reporting to ``plugin``; ``options`` are further pytest arguments (selections)."""
+    patch = tmp_path / f"{entry.exercise}_{entry.id}.py"
+    patch.write_text(textwrap.dedent(entry.code))
+    pytest.main(
+        [
+            str(rootpath / EXERCISES[entry.exercise].tests), "--impl", "solutions", *options,
+            f"--kata-patch={entry.exercise}={patch}",
+            "-q", "-p", "no:cacheprovider", "-p", "no:unraisableexception",
+            "--tb=native", "-o", "addopts=",
+        ],
+        plugins=[plugin],
+    )
