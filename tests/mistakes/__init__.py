@@ -7,7 +7,7 @@ mistake patched in and checks that the first failing test names that diagnosis.
 
 A mistake's ``code`` redefines public functions only; it may define its own private helpers, but
 never calls the solution's private ones (they are not part of any contract and may be renamed).
-Mistakes are built with :func:`catalogue` from small :func:`template`\ s (and
+Mistakes are built with :func:`catalogue` from small :func:`template` strings (and
 :func:`wrapped_figure` for a figure drawn right, then spoiled), so each states only what differs.
 """
 
