@@ -50,13 +50,18 @@ _LIMIT_THEN_EXEC = (
     "resource.setrlimit(resource.RLIMIT_AS, (limit, limit))\n"
     "os.execv(sys.argv[2], sys.argv[2:])\n"
 )
-# Prepended to the sandbox's outer shim: move a descriptor to a fixed number, shift argv.
+# Prepended to the sandbox's outer shim: move descriptors to fixed numbers, shift argv.
+# (argv: N, then N pairs "source target"; each source goes out of the way first, so a source
+# that happens to be another pair's target is not overwritten.)
 _MOVE_FD = (
-    "import os, sys\n"
-    "_src, _dst = int(sys.argv[1]), int(sys.argv[2])\n"
-    "if _src != _dst:\n"
-    "    os.dup2(_src, _dst); os.close(_src)\n"
-    "del sys.argv[1:3]\n"
+    "import os, sys, fcntl\n"
+    "_n = int(sys.argv[1])\n"
+    "_pairs = [(int(sys.argv[2 + 2 * i]), int(sys.argv[3 + 2 * i])) for i in range(_n)]\n"
+    "_high = [fcntl.fcntl(s, fcntl.F_DUPFD, 100) for s, _ in _pairs]\n"
+    "for s, _ in _pairs: os.close(s)\n"
+    "for h, (_, d) in zip(_high, _pairs):\n"
+    "    os.dup2(h, d); os.close(h)\n"
+    "del sys.argv[1:2 + 2 * _n]\n"
 )
 
 
@@ -69,7 +74,9 @@ class RunResult:
     environment: dict = field(default_factory=dict)  # torch, transformers, device, models
     # exercise id -> (status, why) for an exercise that has no recorded test at all
     problems: dict[str, tuple[Status, str]] = field(default_factory=dict)
-    processes: int = 0  # how many pytest processes it took
+    processes: int = 0  # how many pytest processes (or warm workers) it took
+    # the answer probes run by the warm worker: {exercise id: answer line, or None}
+    answers: dict | None = None
 
 
 def child_environment(root: Path, threads: int | None = None) -> dict[str, str]:
@@ -109,20 +116,27 @@ def start_child(command: list[str], cwd: Path, env: dict, log_dir: Path,
 
 
 def start_sandboxed(sandbox, command: list[str], root: Path, env: dict, log_dir: Path,
-                    name: str, record: Path, inputs: dict[str, Path]) -> subprocess.Popen:
+                    name: str, record: Path, inputs: dict[str, Path],
+                    more_records: dict[int, Path] | None = None) -> subprocess.Popen:
     """Start ``command`` (paths as seen inside) in ``sandbox``; it writes ``record`` through
-    file descriptor 3, the one file outside its private /tmp it can write to."""
+    file descriptor 3 (and each of ``more_records`` through its descriptor): the only files
+    outside its private /tmp it can write to."""
     from .sandbox import RECORD_FD
 
-    fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    targets = {RECORD_FD: record, **(more_records or {})}
+    fds = {target: os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+           for target, path in targets.items()}
     try:
         wrapped = sandbox.command(command, root, inputs)
-        # the outer shim moves the record's descriptor to RECORD_FD before it becomes bwrap
-        wrapped = [wrapped[0], "-c", _MOVE_FD + wrapped[2], str(fd), str(RECORD_FD),
+        # the outer shim moves each record's descriptor to its number before it becomes bwrap
+        pairs = [str(v) for target, fd in fds.items() for v in (fd, target)]
+        wrapped = [wrapped[0], "-c", _MOVE_FD + wrapped[2], str(len(fds)), *pairs,
                    *wrapped[3:]]
-        return start_child(wrapped, root, sandbox.environment(env), log_dir, 0, name, (fd,))
+        return start_child(wrapped, root, sandbox.environment(env), log_dir, 0, name,
+                           tuple(fds.values()))
     finally:
-        os.close(fd)
+        for fd in fds.values():
+            os.close(fd)
 
 
 def kill_group(process: subprocess.Popen) -> None:
@@ -166,9 +180,11 @@ class _EventReader:
         events = []
         for line in complete.splitlines():
             try:
-                events.append(json.loads(line))
+                event = json.loads(line)
             except ValueError:
-                pass  # a line the child was killed in the middle of writing
+                continue  # a line the child was killed in the middle of writing
+            if isinstance(event, dict) and isinstance(event.get("event"), str):
+                events.append(event)
         return events
 
 
@@ -180,7 +196,9 @@ class _Process:
     running: str | None = None  # nodeid of the test started but not finished
     last_exercise: str | None = None
     clock_start: float | None = None  # when the running exercise's first test started
-    finished_at: float | None = None  # when the session ended normally
+    finished_at: float | None = None  # when the session (or the warm worker) ended normally
+    last_event_at: float | None = None  # when the process last wrote anything
+    warm: bool = False  # a warm worker: one pytest session per exercise, then "worker_done"
     ended: str = ""  # "", "timeout", "startup timeout" or "crash"
     returncode: int | None = None
     stderr: str = ""
@@ -191,7 +209,16 @@ class _Process:
 
     def apply(self, event: dict, exercise_of: dict[str, str]) -> None:
         self.events.append(event)
-        kind = event["event"]
+        self.last_event_at = time.monotonic()
+        kind = event.get("event")
+        if self.warm and kind in ("end", "exercise", "probe"):
+            # one exercise's session is over (or the next one starts): no test runs, and the
+            # next exercise's clock starts with its first test
+            self.running, self.clock_start = None, None
+            return
+        if self.warm and kind == "worker_done":
+            self.finished_at = time.monotonic()
+            return
         if kind == "collected":
             exercise_of.update({t["nodeid"]: t["exercise"] for t in event["tests"]})
         elif kind == "start":
@@ -218,10 +245,25 @@ def _pytest_command(root: Path, files: list[str], impl: str, record, deselect,
     ]
 
 
+def _worker_command(root: Path, exercises: list, impl: str, record, deselect, basetemp,
+                    timeout: float, probe_record=None, probes=()) -> list[str]:
+    """The warm worker (:mod:`kata.grading.worker`): one forked pytest session per exercise."""
+    command = [sys.executable, "-m", "kata.grading.worker", "--record", str(record),
+               "--impl", impl, "--deselect", str(deselect), "--basetemp", str(basetemp),
+               "--timeout", str(timeout),
+               "--tests", *[f"{e.id}={root / e.tests}" for e in exercises]]
+    if probes:
+        command += ["--probe-record", str(probe_record), "--probes", *probes]
+    return command + [
+        "--", "-c", str(root / "pyproject.toml"), "--rootdir", str(root),
+        "-p", "no:cacheprovider", "-q", "--capture=no", "--tb=short", "--color=no",
+        "--continue-on-collection-errors"]
+
+
 def _watch(process: subprocess.Popen, reader: _EventReader, timeout: float,
-           exercise_of: dict[str, str]) -> _Process:
+           exercise_of: dict[str, str], warm: bool = False) -> _Process:
     """Follow one pytest process until it ends or is killed; returns what happened."""
-    run = _Process()
+    run = _Process(warm=warm)
     started = time.monotonic()
     while process.poll() is None:
         for event in reader.new_events():
@@ -230,7 +272,9 @@ def _watch(process: subprocess.Popen, reader: _EventReader, timeout: float,
         if run.finished:
             if now - run.finished_at > EXIT_GRACE_SECONDS:
                 break  # results are complete; something keeps the process alive
-        elif run.clock_start is None and now - started > max(STARTUP_SECONDS, timeout):
+        elif run.clock_start is None and now - (
+                max(started, run.last_event_at or started) if warm else started) \
+                > max(STARTUP_SECONDS, timeout) + (10 if warm else 0):
             run.ended = "startup timeout"
             break
         elif run.clock_start is not None and now - run.clock_start > timeout:
@@ -273,7 +317,7 @@ def _crash_description(run: _Process, root: Path, impl: str) -> str:
 
 def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: float = 60.0,
               memory_limit_mb: int = 0, threads: int | None = None,
-              sandbox=None) -> RunResult:
+              sandbox=None, warm: bool = False, probes: list[str] | None = None) -> RunResult:
     """Run the tests of ``exercises`` (manifest entries) on ``root/impl`` and record every outcome.
 
     Args:
@@ -286,6 +330,10 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
         threads: torch threads per child; None: ``KATA_TORCH_THREADS``, else one.
         sandbox: a :class:`kata.grading.sandbox.Sandbox` to run every process in (None: none;
             the memory limit is then per process, ``RLIMIT_AS``).
+        warm: run a warm worker (:mod:`kata.grading.worker`: imports and models loaded once,
+            a forked child per exercise) instead of one plain pytest process.
+        probes: with ``warm``, the exercises whose answer probes the worker runs first (in
+            forked children of their own); their answers land in ``RunResult.answers``.
     """
     root, work_dir = Path(root), Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -293,6 +341,11 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
     exercise_of: dict[str, str] = {}
     env = child_environment(root, threads)
     pending = list(exercises)
+    probe_pending = list(probes or []) if warm else []
+    probe_record = work_dir / "probes.jsonl"
+    if warm and probes is not None:
+        result.answers = {}
+        probe_record.touch()
     while pending:
         result.processes += 1
         n = result.processes
@@ -300,27 +353,50 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
         deselect.write_text(json.dumps(sorted(result.results)), encoding="utf-8")
         files = [e.tests for e in pending]
         if sandbox is None:
-            command = _pytest_command(root, files, impl, record, deselect, work_dir / f"tmp-{n}")
+            if warm:
+                command = _worker_command(root, pending, impl, record, deselect,
+                                          work_dir / f"tmp-{n}", timeout, probe_record,
+                                          probe_pending)
+            else:
+                command = _pytest_command(root, files, impl, record, deselect,
+                                          work_dir / f"tmp-{n}")
             process = start_child(command, root, env, work_dir, memory_limit_mb,
                                   name=f"pytest-{n}")
         else:
             from .sandbox import INSIDE_ROOT, RECORD_FD
 
             inside = Path(INSIDE_ROOT)
-            command = _pytest_command(inside, files, impl, f"/dev/fd/{RECORD_FD}",
-                                      "/tmp/grader/deselect.json", f"/tmp/pytest-{n}")
+            more = {}
+            if warm:
+                probe_fd = RECORD_FD + 1
+                command = _worker_command(inside, pending, impl, f"/dev/fd/{RECORD_FD}",
+                                          "/tmp/grader/deselect.json", f"/tmp/pytest-{n}",
+                                          timeout, f"/dev/fd/{probe_fd}", probe_pending)
+                if probe_pending:
+                    more = {probe_fd: probe_record}
+                env = {**env, "KATA_WORKER_SANDBOXED": "1"}
+            else:
+                command = _pytest_command(inside, files, impl, f"/dev/fd/{RECORD_FD}",
+                                          "/tmp/grader/deselect.json", f"/tmp/pytest-{n}")
             process = start_sandboxed(sandbox, command, root, env, work_dir, f"pytest-{n}",
-                                      record, {"/tmp/grader/deselect.json": deselect})
-        run = _watch(process, _EventReader(record), timeout, exercise_of)
+                                      record, {"/tmp/grader/deselect.json": deselect}, more)
+        run = _watch(process, _EventReader(record), timeout, exercise_of, warm)
         if sandbox is not None and run.returncode is not None and 128 < run.returncode < 160:
             run.returncode = 128 - run.returncode  # bwrap reports a signal death as 128 + N
         run.stderr = tail(work_dir / f"pytest-{n}.err")
         _collect(result, run)
+        probes_progressed = False
+        if probe_pending:
+            probes_progressed = _collect_answers(result, run, probe_pending, probe_record)
+            probe_pending = [e for e in probe_pending if e not in result.answers]
         if run.finished:
             _mark_unrecorded(result, pending, Outcome.NOT_RUN,
                              "the test session ended before this test ran")
             _note_collection_problems(result, run, pending)
             break
+        if warm and probes_progressed and not any(
+                e["event"] == "exercise" for e in run.events):
+            continue  # the worker died among the probes: start another for the rest
         shown_root = root if sandbox is None else Path(INSIDE_ROOT)
         culprit_exercise = _record_abnormal_end(result, run, pending, shown_root, impl, timeout)
         if culprit_exercise is None:
@@ -328,7 +404,23 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
         pending = [e for e in pending if e.id != culprit_exercise
                    and any(t.exercise == e.id and t.nodeid not in result.results
                            for t in result.tests)]
+    if result.answers is not None:
+        for exercise_id in probes or []:
+            result.answers.setdefault(exercise_id, None)  # never reported
     return result
+
+
+def _collect_answers(result: RunResult, run: _Process, pending: list[str],
+                     probe_record: Path) -> bool:
+    """Take the probe answers of the exercises the worker began; True if it began any."""
+    from .probes import read_answers
+
+    begun = [e["exercise"] for e in run.events
+             if e.get("event") == "probe" and e.get("exercise") in pending]
+    answers, _ = read_answers(probe_record)
+    for exercise_id in begun:
+        result.answers[exercise_id] = answers.get(exercise_id)  # None: it crashed or hung
+    return bool(begun)
 
 
 def _collect(result: RunResult, run: _Process) -> None:

@@ -182,16 +182,18 @@ def grade_submission(path: Path, name: str, instructor_root: Path, exercises: li
 
             hide = [instructor_root, work_parent or work, path, *options.hide]
             box = Sandbox.create(hide, options.memory_limit_mb)
-        run = run_tests(copy, to_run, "exercises", work / "logs", options.timeout,
-                        options.memory_limit_mb, options.threads, sandbox=box)
-        run.environment["sandbox"] = box.caps if box is not None else UNSANDBOXED
-        answers = None
-        if options.probes and to_run:
-            from .probes import run_probes
+        # one warm worker (imports and models once, a forked child per exercise) runs the
+        # answer probes, then every exercise's tests (kata.grading.worker)
+        probes = [e.id for e in to_run] if options.probes and to_run else None
+        if probes is not None:
+            from .probes import PROBES
 
-            answers = run_probes(copy, [e.id for e in to_run], "exercises", work / "logs",
-                                 options.timeout, options.memory_limit_mb, options.threads,
-                                 sandbox=box)
+            probes = [e for e in probes if e in PROBES]
+        run = run_tests(copy, to_run, "exercises", work / "logs", options.timeout,
+                        options.memory_limit_mb, options.threads, sandbox=box, warm=True,
+                        probes=probes)
+        run.environment["sandbox"] = box.caps if box is not None else UNSANDBOXED
+        answers = run.answers if probes is not None else None
         result = summarize(exercises, run, missing, name, time.monotonic() - started)
         return apply_probes(result, answers) if answers is not None else result
     finally:
