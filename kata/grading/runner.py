@@ -401,9 +401,12 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
         culprit_exercise = _record_abnormal_end(result, run, pending, shown_root, impl, timeout)
         if culprit_exercise is None:
             break  # nothing ran at all: every remaining test got the same explanation
+        # the rest, unless all their tests are recorded (a warm worker collects each
+        # exercise's tests only when it reaches it: one not reached yet has none collected)
         pending = [e for e in pending if e.id != culprit_exercise
-                   and any(t.exercise == e.id and t.nodeid not in result.results
-                           for t in result.tests)]
+                   and (any(t.exercise == e.id and t.nodeid not in result.results
+                            for t in result.tests)
+                        or warm and not any(t.exercise == e.id for t in result.tests))]
     if result.answers is not None:
         for exercise_id in probes or []:
             result.answers.setdefault(exercise_id, None)  # never reported
