@@ -38,6 +38,8 @@ POLL_SECONDS = 0.1
 STARTUP_SECONDS = 90.0
 #: How long a finished session may take to exit (a learner's thread can keep it alive).
 EXIT_GRACE_SECONDS = 10.0
+#: How long a warm worker may stay silent beyond its own limits before it counts as stuck.
+WORKER_GRACE_SECONDS = 30.0
 #: torch threads per test process unless KATA_TORCH_THREADS says otherwise.
 DEFAULT_THREADS = 1
 
@@ -203,21 +205,50 @@ class _Process:
     returncode: int | None = None
     stderr: str = ""
 
+    # a warm worker (several exercises, maybe at once): per exercise
+    begun: list = field(default_factory=list)  # exercises whose child was started
+    running_in: dict = field(default_factory=dict)  # exercise -> nodeid of its running test
+    tested: set = field(default_factory=set)  # exercises that started a test
+    done: set = field(default_factory=set)  # exercises whose session ended normally
+    deaths: list = field(default_factory=list)  # (exercise, how, returncode, running nodeid)
+
     @property
     def finished(self) -> bool:
         return self.finished_at is not None
+
+    def _apply_warm(self, kind: str, event: dict, exercise_of: dict[str, str]) -> None:
+        """The worker's children write interleaved: the worker keeps each exercise's clock and
+        says how each child ended (``child_done``, ``child_died``)."""
+        if kind == "collected":
+            exercise_of.update({t["nodeid"]: t["exercise"] for t in event.get("tests", [])
+                                if isinstance(t, dict) and "nodeid" in t})
+        elif kind == "exercise":
+            self.begun.append(event.get("exercise"))
+        elif kind == "start":
+            exercise = exercise_of.get(event.get("nodeid"))
+            self.running_in[exercise] = event.get("nodeid")
+            self.tested.add(exercise)
+        elif kind == "result":
+            exercise = exercise_of.get(event.get("nodeid"))
+            if self.running_in.get(exercise) == event.get("nodeid"):
+                self.running_in[exercise] = None
+        elif kind == "child_done":
+            self.done.add(event.get("exercise"))
+        elif kind == "child_died":
+            exercise = event.get("exercise")
+            code = -int(event["signal"]) if "signal" in event else int(event.get("code", 1))
+            self.deaths.append((exercise, str(event.get("how", "crash")), code,
+                                self.running_in.get(exercise)))
+            self.done.add(exercise)
+        elif kind == "worker_done":
+            self.finished_at = time.monotonic()
 
     def apply(self, event: dict, exercise_of: dict[str, str]) -> None:
         self.events.append(event)
         self.last_event_at = time.monotonic()
         kind = event.get("event")
-        if self.warm and kind in ("end", "exercise", "probe"):
-            # one exercise's session is over (or the next one starts): no test runs, and the
-            # next exercise's clock starts with its first test
-            self.running, self.clock_start = None, None
-            return
-        if self.warm and kind == "worker_done":
-            self.finished_at = time.monotonic()
+        if self.warm:
+            self._apply_warm(kind, event, exercise_of)
             return
         if kind == "collected":
             exercise_of.update({t["nodeid"]: t["exercise"] for t in event["tests"]})
@@ -246,11 +277,12 @@ def _pytest_command(root: Path, files: list[str], impl: str, record, deselect,
 
 
 def _worker_command(root: Path, exercises: list, impl: str, record, deselect, basetemp,
-                    timeout: float, probe_record=None, probes=()) -> list[str]:
+                    timeout: float, probe_record=None, probes=(), lanes: int = 1) -> list[str]:
     """The warm worker (:mod:`kata.grading.worker`): one forked pytest session per exercise."""
     command = [sys.executable, "-m", "kata.grading.worker", "--record", str(record),
                "--impl", impl, "--deselect", str(deselect), "--basetemp", str(basetemp),
-               "--timeout", str(timeout),
+               "--timeout", str(timeout), "--startup", str(max(STARTUP_SECONDS, timeout)),
+               "--lanes", str(max(1, lanes)),
                "--tests", *[f"{e.id}={root / e.tests}" for e in exercises]]
     if probes:
         command += ["--probe-record", str(probe_record), "--probes", *probes]
@@ -272,6 +304,12 @@ def _watch(process: subprocess.Popen, reader: _EventReader, timeout: float,
         if run.finished:
             if now - run.finished_at > EXIT_GRACE_SECONDS:
                 break  # results are complete; something keeps the process alive
+        elif warm and now - (run.last_event_at or started) > max(STARTUP_SECONDS, timeout) \
+                + WORKER_GRACE_SECONDS:
+            run.ended = "hang"
+            break
+        elif warm:
+            pass  # the worker keeps each exercise's clock
         elif run.clock_start is None and now - (
                 max(started, run.last_event_at or started) if warm else started) \
                 > max(STARTUP_SECONDS, timeout) + (10 if warm else 0):
@@ -293,7 +331,7 @@ def _watch(process: subprocess.Popen, reader: _EventReader, timeout: float,
 _FAULTHANDLER_FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
 
 
-def _crash_description(run: _Process, root: Path, impl: str) -> str:
+def _crash_description(run: _Process, root: Path, impl: str, module: str | None = None) -> str:
     code = run.returncode
     if code is not None and code < 0:
         try:
@@ -307,7 +345,16 @@ def _crash_description(run: _Process, root: Path, impl: str) -> str:
             how += " from outside, often for using too much memory"
     else:
         how = f"exited with status {code} in the middle of a test (os._exit or a crash in C code?)"
-    for filename, line, function in _FAULTHANDLER_FRAME.findall(run.stderr):
+    frames = _FAULTHANDLER_FRAME.findall(run.stderr)
+    if module is not None:  # a warm worker's children share one error log: the latest dump
+        # that passes through this exercise's own file (dumps list the latest call first)
+        frames = []
+        for dump in reversed(run.stderr.split("Fatal Python error")):
+            frames = [f for f in _FAULTHANDLER_FRAME.findall(dump)
+                      if f[0].endswith(f"{os.sep}{impl}{os.sep}{module}.py")]
+            if frames:
+                break
+    for filename, line, function in frames:
         if f"{os.sep}{impl}{os.sep}" in filename:
             filename = shorten_paths(filename, root)
             how += f"; last line of your code: {filename}, line {line}, in {function}"
@@ -317,7 +364,8 @@ def _crash_description(run: _Process, root: Path, impl: str) -> str:
 
 def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: float = 60.0,
               memory_limit_mb: int = 0, threads: int | None = None,
-              sandbox=None, warm: bool = False, probes: list[str] | None = None) -> RunResult:
+              sandbox=None, warm: bool = False, probes: list[str] | None = None,
+              lanes: int = 1) -> RunResult:
     """Run the tests of ``exercises`` (manifest entries) on ``root/impl`` and record every outcome.
 
     Args:
@@ -334,6 +382,8 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
             a forked child per exercise) instead of one plain pytest process.
         probes: with ``warm``, the exercises whose answer probes the worker runs first (in
             forked children of their own); their answers land in ``RunResult.answers``.
+        lanes: with ``warm``, how many exercises the worker grades at once (one forked child
+            each; the cores this submission may use).
     """
     root, work_dir = Path(root), Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -356,7 +406,7 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
             if warm:
                 command = _worker_command(root, pending, impl, record, deselect,
                                           work_dir / f"tmp-{n}", timeout, probe_record,
-                                          probe_pending)
+                                          probe_pending, lanes)
             else:
                 command = _pytest_command(root, files, impl, record, deselect,
                                           work_dir / f"tmp-{n}")
@@ -371,7 +421,8 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
                 probe_fd = RECORD_FD + 1
                 command = _worker_command(inside, pending, impl, f"/dev/fd/{RECORD_FD}",
                                           "/tmp/grader/deselect.json", f"/tmp/pytest-{n}",
-                                          timeout, f"/dev/fd/{probe_fd}", probe_pending)
+                                          timeout, f"/dev/fd/{probe_fd}", probe_pending,
+                                          lanes)
                 if probe_pending:
                     more = {probe_fd: probe_record}
                 env = {**env, "KATA_WORKER_SANDBOXED": "1"}
@@ -389,28 +440,63 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
         if probe_pending:
             probes_progressed = _collect_answers(result, run, probe_pending, probe_record)
             probe_pending = [e for e in probe_pending if e not in result.answers]
+        if warm:
+            shown_root = root if sandbox is None else Path(INSIDE_ROOT)
+            pending, again = _settle_worker(result, run, pending, shown_root, impl, timeout,
+                                            probes_progressed)
+            if again:
+                continue
+            break
         if run.finished:
             _mark_unrecorded(result, pending, Outcome.NOT_RUN,
                              "the test session ended before this test ran")
             _note_collection_problems(result, run, pending)
             break
-        if warm and probes_progressed and not any(
-                e["event"] == "exercise" for e in run.events):
-            continue  # the worker died among the probes: start another for the rest
         shown_root = root if sandbox is None else Path(INSIDE_ROOT)
         culprit_exercise = _record_abnormal_end(result, run, pending, shown_root, impl, timeout)
         if culprit_exercise is None:
             break  # nothing ran at all: every remaining test got the same explanation
-        # the rest, unless all their tests are recorded (a warm worker collects each
-        # exercise's tests only when it reaches it: one not reached yet has none collected)
         pending = [e for e in pending if e.id != culprit_exercise
-                   and (any(t.exercise == e.id and t.nodeid not in result.results
-                            for t in result.tests)
-                        or warm and not any(t.exercise == e.id for t in result.tests))]
+                   and any(t.exercise == e.id and t.nodeid not in result.results
+                           for t in result.tests)]
     if result.answers is not None:
         for exercise_id in probes or []:
             result.answers.setdefault(exercise_id, None)  # never reported
     return result
+
+
+def _settle_worker(result: RunResult, run: _Process, pending: list, root: Path, impl: str,
+                   timeout: float, probes_progressed: bool) -> tuple[list, bool]:
+    """Record how each exercise of a warm worker ended. Returns the exercises a new worker
+    must grade, and whether to start one."""
+    by_id = {e.id: e for e in pending}
+
+    def abnormal(exercise_id, how, code, running, stderr):
+        child = _Process(ended=how, returncode=code, stderr=stderr, running=running,
+                         last_exercise=exercise_id if exercise_id in run.tested else None,
+                         warm=True)
+        _record_abnormal_end(result, child, [by_id[exercise_id]], root, impl, timeout)
+
+    for exercise_id, how, code, running in run.deaths:
+        if exercise_id in by_id:
+            abnormal(exercise_id, how, code, running, run.stderr)
+    if run.finished:
+        _mark_unrecorded(result, pending, Outcome.NOT_RUN,
+                         "the test session ended before this test ran")
+        _note_collection_problems(result, run, [e for e in pending if e.id in run.done])
+        return [], False
+    # the worker itself died or got stuck: its running children with it
+    how = "timeout" if run.ended == "hang" else "crash"
+    in_flight = [e for e in run.begun if e in by_id and e not in run.done]
+    for exercise_id in in_flight:
+        abnormal(exercise_id, how, run.returncode, run.running_in.get(exercise_id),
+                 run.stderr)
+    if not run.begun and not probes_progressed:  # it never got to any exercise
+        _record_abnormal_end(result, _Process(ended=how, returncode=run.returncode,
+                                              stderr=run.stderr), pending, root, impl, timeout)
+        return [], False
+    rest = [e for e in pending if e.id not in run.begun]
+    return rest, bool(rest)
 
 
 def _collect_answers(result: RunResult, run: _Process, pending: list[str],
@@ -461,10 +547,12 @@ def _mark_unrecorded(result: RunResult, exercises: list, outcome: Outcome, messa
 
 def _note_collection_problems(result: RunResult, run: _Process, pending: list) -> None:
     """An exercise with no collected test at all (a broken or missing test file)."""
-    errors = [e["message"] for e in run.events if e["event"] == "collect_error"]
+    errors = [e for e in run.events if e["event"] == "collect_error"]
     for exercise in pending:
         if not any(t.exercise == exercise.id for t in result.tests):
-            detail = errors[0] if errors else run.stderr.strip()[-600:] or "no test found"
+            own = [e for e in errors if exercise.tests in str(e.get("nodeid", ""))] or errors
+            detail = (str(own[0].get("message", "")) if own
+                      else run.stderr.strip()[-600:] or "no test found")
             why = f"no tests collected from {exercise.tests}: {detail}"
             result.problems[exercise.id] = Status.ERROR, why
 
@@ -480,7 +568,8 @@ def _record_abnormal_end(result: RunResult, run: _Process, pending: list, root: 
     elif timed_out:
         why = f"stopped after {timeout:g} s: an endless loop, or far too slow"
     else:
-        why = _crash_description(run, root, impl)
+        module = pending[0].module if run.warm and len(pending) == 1 else None
+        why = _crash_description(run, root, impl, module)
     culprit = run.running
     exercise = exercise_of_test(result, culprit) if culprit else run.last_exercise
     if culprit:

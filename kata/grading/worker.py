@@ -116,22 +116,6 @@ def _kill_leftovers() -> None:
             break
 
 
-def _wait(pid: int, deadline: float | None) -> int | None:
-    """The child's wait status, or None when it was killed at ``deadline``."""
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return status
-        if deadline is not None and time.monotonic() > deadline:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-            os.waitpid(pid, 0)
-            return None
-        time.sleep(0.02)
-
-
 def _fork(run, close_fds: tuple[int, ...]) -> int:
     """Fork a child that closes ``close_fds`` and runs ``run()``, then ends without cleanup."""
     sys.stdout.flush()
@@ -171,26 +155,108 @@ def _run_probe(exercise_id: str, impl: str, out_fd: int) -> int:
     return 0
 
 
-def _run_tests(test_file: str, args) -> int:
+class _Clock:
+    """A plugin of the child's session: one byte down a pipe when its first test starts (the
+    worker starts the exercise's clock then)."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def pytest_runtest_logstart(self, nodeid, location):
+        if self.fd is not None:
+            try:
+                os.write(self.fd, b"s")
+                os.close(self.fd)
+            except OSError:
+                pass
+            self.fd = None
+
+
+def _run_tests(test_file: str, args, clock_fd: int) -> int:
     import pytest
 
+    try:  # under a memory cgroup, the out-of-memory killer takes a child before the worker
+        with open("/proc/self/oom_score_adj", "w") as handle:
+            handle.write("500")
+    except OSError:
+        pass
     options = ["-p", "kata.grading.recorder", "--kata-record", args.record,
                "--kata-deselect", args.deselect, "--impl", args.impl,
                f"--basetemp={args.basetemp}", *args.pytest]
-    code = pytest.main([test_file, *options])
+    code = pytest.main([test_file, *options], plugins=[_Clock(clock_fd)])
     return NORMAL_EXIT + int(code)
 
 
-def _die_like(status: int) -> None:
-    """End this worker the way its child ended (the grader reads a crash from that)."""
-    sys.stderr.flush()
+class _Lane:
+    """One forked child: what it runs, and its clock."""
+
+    def __init__(self, exercise: str, kind: str, clock_fd: int | None, limit: float):
+        self.exercise, self.kind, self.clock_fd = exercise, kind, clock_fd
+        self.forked = time.monotonic()
+        self.clock: float | None = None  # when its first test started
+        self.limit = limit  # seconds before the first test (tests) or in all (probes)
+
+    def poll_clock(self) -> None:
+        if self.clock_fd is None or self.clock is not None:
+            return
+        try:
+            data = os.read(self.clock_fd, 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data:
+            self.clock = time.monotonic()
+        os.close(self.clock_fd)
+        self.clock_fd = None
+
+    def overdue(self, timeout: float) -> str | None:
+        now = time.monotonic()
+        if self.kind == "probe":
+            return "timeout" if now - self.forked > self.limit else None
+        if self.clock is None:
+            return "startup timeout" if now - self.forked > self.limit else None
+        return "timeout" if now - self.clock > timeout else None
+
+    def close(self) -> None:
+        if self.clock_fd is not None:
+            os.close(self.clock_fd)
+            self.clock_fd = None
+
+
+def _describe(status: int) -> dict:
     if os.WIFSIGNALED(status):
-        number = os.WTERMSIG(status)
-        signal.signal(number, signal.SIG_DFL)
-        os.kill(os.getpid(), number)
-        time.sleep(1)
-    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
-    os._exit(code if code != NORMAL_EXIT else 1)
+        return {"signal": os.WTERMSIG(status)}
+    return {"code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1}
+
+
+def _schedule(jobs: list, lanes: int, start, finished, timeout: float) -> None:
+    """Run ``jobs`` (``start(job) -> (pid, _Lane)``), at most ``lanes`` at a time; kill a child
+    that runs out of time; ``finished(lane, status or None, why)`` as each ends."""
+    queue, busy = list(jobs), {}
+    while queue or busy:
+        while queue and len(busy) < lanes:
+            pid, lane = start(queue.pop(0))
+            busy[pid] = lane
+        time.sleep(0.02)
+        for pid, lane in list(busy.items()):
+            lane.poll_clock()
+            done, status = os.waitpid(pid, os.WNOHANG)
+            why = None
+            if not done:
+                why = lane.overdue(timeout)
+                if why is None:
+                    continue
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                _, status = os.waitpid(pid, 0)
+            del busy[pid]
+            lane.close()
+            finished(lane, status, why)
+        if not busy:
+            _kill_leftovers()  # nothing of the submission runs now: what is left is a daemon
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probe-record", default=None)
     parser.add_argument("--probes", nargs="*", default=[], metavar="EX")
     parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--startup", type=float, default=90.0,
+                        help="seconds a child may take to start its first test")
+    parser.add_argument("--lanes", type=int, default=1, help="children at a time")
     parser.add_argument("pytest", nargs="*")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
 
@@ -218,29 +287,40 @@ def main(argv: list[str] | None = None) -> int:
         record.flush()
 
     note("warm", seconds=round(time.time() - started, 2))
-
+    lanes = max(1, args.lanes)
     record_fd = _fd_of(args.record)
     probe_fd = _fd_of(args.probe_record) if args.probe_record else None
+
     if args.probes and probe_fd is not None:
         from kata.grading.probes import PROBE_SECONDS, PROBES
 
-        for exercise_id in args.probes:
+        def start_probe(exercise_id):
             note("probe", exercise=exercise_id)
             seconds = PROBE_SECONDS * max(1, len(PROBES.get(exercise_id, []))) + 10
-            pid = _fork(lambda e=exercise_id: _run_probe(e, args.impl, probe_fd),
+            pid = _fork(lambda: _run_probe(exercise_id, args.impl, probe_fd),
                         (record_fd, record.fileno()))
-            _wait(pid, time.monotonic() + min(seconds, max(args.timeout, 30.0)))
-            _kill_leftovers()
+            return pid, _Lane(exercise_id, "probe", None, min(seconds, max(args.timeout, 30.0)))
+
+        _schedule(args.probes, lanes, start_probe, lambda lane, status, why: None, args.timeout)
     if probe_fd is not None:
         os.close(probe_fd)  # no test child may write to the probes' channel
-    for exercise_id, test_file in tests:
+
+    def start_tests(job):
+        exercise_id, test_file = job
         note("exercise", exercise=exercise_id)
-        pid = _fork(lambda f=test_file: _run_tests(f, args), ())
-        status = _wait(pid, None)  # the grader outside keeps the clock
-        _kill_leftovers()
-        if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) >= NORMAL_EXIT):
-            note("child_died", exercise=exercise_id, status=status)
-            _die_like(status)
+        read_end, write_end = os.pipe()
+        pid = _fork(lambda: _run_tests(test_file, args, write_end), (read_end,))
+        os.close(write_end)
+        os.set_blocking(read_end, False)
+        return pid, _Lane(exercise_id, "tests", read_end, args.startup)
+
+    def finished(lane, status, why):
+        if why is None and os.WIFEXITED(status) and os.WEXITSTATUS(status) >= NORMAL_EXIT:
+            note("child_done", exercise=lane.exercise)
+        else:
+            note("child_died", exercise=lane.exercise, how=why or "crash", **_describe(status))
+
+    _schedule(tests, lanes, start_tests, finished, args.timeout)
     note("worker_done")
     record.close()
     os._exit(0)
