@@ -241,6 +241,10 @@ def grade_batch(paths: list[Path], instructor_root: Path, exercises: list[Exerci
     Results come back in the order of ``paths``. One submission's failure never stops the rest.
     """
     prepare_shared_model_cache()
+    if options.probes:
+        from .probes import prepare_references
+
+        prepare_references()  # while the first workers warm up
     names = submission_names(paths)
     results: dict[str, SubmissionResult] = {}
     if options.sandbox:

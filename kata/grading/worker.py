@@ -172,7 +172,7 @@ class _Clock:
             self.fd = None
 
 
-def _run_tests(test_file: str, args, clock_fd: int) -> int:
+def _run_tests(exercise_id: str, test_file: str, args, clock_fd: int) -> int:
     import pytest
 
     try:  # under a memory cgroup, the out-of-memory killer takes a child before the worker
@@ -182,7 +182,8 @@ def _run_tests(test_file: str, args, clock_fd: int) -> int:
         pass
     options = ["-p", "kata.grading.recorder", "--kata-record", args.record,
                "--kata-deselect", args.deselect, "--impl", args.impl,
-               f"--basetemp={args.basetemp}", *args.pytest]
+               f"--basetemp={args.basetemp}-{exercise_id}",  # pytest empties its basetemp
+               *args.pytest]
     code = pytest.main([test_file, *options], plugins=[_Clock(clock_fd)])
     return NORMAL_EXIT + int(code)
 
@@ -195,6 +196,7 @@ class _Lane:
         self.forked = time.monotonic()
         self.clock: float | None = None  # when its first test started
         self.limit = limit  # seconds before the first test (tests) or in all (probes)
+        self.cpu = self.seconds = 0.0  # CPU and wall seconds, once it has ended
 
     def poll_clock(self) -> None:
         if self.clock_fd is None or self.clock is not None:
@@ -241,7 +243,7 @@ def _schedule(jobs: list, lanes: int, start, finished, timeout: float) -> None:
         time.sleep(0.02)
         for pid, lane in list(busy.items()):
             lane.poll_clock()
-            done, status = os.waitpid(pid, os.WNOHANG)
+            done, status, usage = os.wait4(pid, os.WNOHANG)
             why = None
             if not done:
                 why = lane.overdue(timeout)
@@ -251,9 +253,11 @@ def _schedule(jobs: list, lanes: int, start, finished, timeout: float) -> None:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:
                     pass
-                _, status = os.waitpid(pid, 0)
+                _, status, usage = os.wait4(pid, 0)
             del busy[pid]
             lane.close()
+            lane.cpu = round(usage.ru_utime + usage.ru_stime, 2)
+            lane.seconds = round(time.monotonic() - lane.forked, 2)
             finished(lane, status, why)
         if not busy:
             _kill_leftovers()  # nothing of the submission runs now: what is left is a daemon
@@ -286,7 +290,11 @@ def main(argv: list[str] | None = None) -> int:
                      + "\n")
         record.flush()
 
-    note("warm", seconds=round(time.time() - started, 2))
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    note("warm", seconds=round(time.time() - started, 2),
+         cpu=round(own.ru_utime + own.ru_stime, 2))
     lanes = max(1, args.lanes)
     record_fd = _fd_of(args.record)
     probe_fd = _fd_of(args.probe_record) if args.probe_record else None
@@ -301,7 +309,10 @@ def main(argv: list[str] | None = None) -> int:
                         (record_fd, record.fileno()))
             return pid, _Lane(exercise_id, "probe", None, min(seconds, max(args.timeout, 30.0)))
 
-        _schedule(args.probes, lanes, start_probe, lambda lane, status, why: None, args.timeout)
+        def probe_done(lane, status, why):
+            note("probe_done", exercise=lane.exercise, seconds=lane.seconds, cpu=lane.cpu)
+
+        _schedule(args.probes, lanes, start_probe, probe_done, args.timeout)
     if probe_fd is not None:
         os.close(probe_fd)  # no test child may write to the probes' channel
 
@@ -309,16 +320,18 @@ def main(argv: list[str] | None = None) -> int:
         exercise_id, test_file = job
         note("exercise", exercise=exercise_id)
         read_end, write_end = os.pipe()
-        pid = _fork(lambda: _run_tests(test_file, args, write_end), (read_end,))
+        pid = _fork(lambda: _run_tests(exercise_id, test_file, args, write_end), (read_end,))
         os.close(write_end)
         os.set_blocking(read_end, False)
         return pid, _Lane(exercise_id, "tests", read_end, args.startup)
 
     def finished(lane, status, why):
+        times = {"seconds": lane.seconds, "cpu": lane.cpu}
         if why is None and os.WIFEXITED(status) and os.WEXITSTATUS(status) >= NORMAL_EXIT:
-            note("child_done", exercise=lane.exercise)
+            note("child_done", exercise=lane.exercise, **times)
         else:
-            note("child_died", exercise=lane.exercise, how=why or "crash", **_describe(status))
+            note("child_died", exercise=lane.exercise, how=why or "crash", **_describe(status),
+                 **times)
 
     _schedule(tests, lanes, start_tests, finished, args.timeout)
     note("worker_done")
