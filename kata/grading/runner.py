@@ -16,6 +16,12 @@ plugin (:mod:`kata.grading.recorder`), and watches it:
   for the remaining exercises, skipping every test already recorded.
 
 So each exercise gets an outcome for every one of its tests, whatever the code under test does.
+
+Submissions (``run_tests(..., warm=True)``) run a warm worker instead
+(:mod:`kata.grading.worker`): one process per submission, in its sandbox, that imports torch,
+transformers and pytest and loads the models once, then forks a fresh child per exercise (and
+per exercise's answer probes) and keeps each exercise's clock itself. The records, statuses and
+messages are the same; what one exercise does to its process cannot reach another.
 """
 
 from __future__ import annotations
@@ -310,9 +316,7 @@ def _watch(process: subprocess.Popen, reader: _EventReader, timeout: float,
             break
         elif warm:
             pass  # the worker keeps each exercise's clock
-        elif run.clock_start is None and now - (
-                max(started, run.last_event_at or started) if warm else started) \
-                > max(STARTUP_SECONDS, timeout) + (10 if warm else 0):
+        elif run.clock_start is None and now - started > max(STARTUP_SECONDS, timeout):
             run.ended = "startup timeout"
             break
         elif run.clock_start is not None and now - run.clock_start > timeout:

@@ -1,32 +1,39 @@
 """A warm grading worker: imports and model loads once, a fresh forked child per exercise.
 
 ``python -m kata.grading.worker`` runs inside a submission's sandbox (or, unsandboxed, as the
-grader's child) in place of one ``pytest`` process per run. It
+grader's child) in place of one ``pytest`` process per submission. It
 
 1. imports pytest, torch, transformers, the kata's plugin and test support, and loads the
    session models the instructor's test files ask for (``tiny_gpt2``, ``smollm2``), before any
-   of the learner's code is imported: this is where a fresh ``pytest`` spends most of its start;
-2. makes itself non-dumpable (``PR_SET_DUMPABLE`` 0), so a child cannot open the worker's
+   of the learner's code is imported: this is most of what a fresh ``pytest`` spends before its
+   first test (about 5 CPU seconds);
+2. makes itself non-dumpable (``PR_SET_DUMPABLE`` 0), so no child can open the worker's
    descriptors through ``/proc/<pid>/fd`` or trace it;
 3. runs the **answer probes** first, one forked child per exercise, each writing its JSON line
-   to the probe descriptor, which no test child holds (:mod:`kata.grading.probes`);
+   to the probe descriptor (:mod:`kata.grading.probes`). The worker closes that descriptor
+   before any test child exists, and probe children never hold the test record's;
 4. then, for each exercise, **forks a child** that runs that exercise's test file in a pytest
-   session of its own, in-process, with the recorder plugin writing to the record descriptor
-   (which no probe child holds). The child gets a copy of the warm process: whatever it changes
-   (default dtype, hooks on the models, the models' weights, modules it patches, the recorder
-   itself) dies with it, so nothing one exercise does reaches the next;
-5. after each child, kills every process left in the sandbox (``kill(-1)``: a daemon an
-   exercise started cannot outlive its exercise).
+   session of its own, in-process, with the recorder plugin writing to the record descriptor.
+   The child works on a copy of the warm process: whatever it changes (default dtype, hooks on
+   the models, the models' weights, modules it patches, the recorder itself) dies with it, so
+   nothing one exercise does reaches the next. ``--lanes N`` children run at once (the cores a
+   submission may use);
+5. keeps each exercise's clock, as the grader did: it starts when the child's first test starts
+   (the child sends one byte down a pipe), and a child out of time is killed. It writes how each
+   child ended: ``child_done``, or ``child_died`` with ``how`` (crash, timeout, startup timeout)
+   and the signal or exit status, with the child's wall and CPU seconds. The grader outside
+   (:func:`kata.grading.runner.run_tests`) turns these into the same records as before (the
+   running test "timed out" or "crashed", the rest "not run"), and only watches the worker
+   itself: if the worker dies or stays silent too long, the exercises it was running are
+   recorded as crashed or timed out and a new worker grades the rest;
+6. whenever no child runs, kills every other process of the sandbox (``kill(-1)`` in its PID
+   namespace): a daemon an exercise started does not outlive its lane. Everything dies with the
+   sandbox at the end.
 
-The grader outside (:func:`kata.grading.runner.run_tests`) reads the record as it does for a
-plain pytest process, and keeps its per-exercise clock. When a test child dies in the middle of
-its session (a segfault, ``os._exit``, a kill for memory), the worker ends itself the same way,
-so the grader sees the death it always saw (same signal or status, same "crashed" record) and
-starts a new worker for the exercises left. The worker writes ``{"event": "worker_done"}``
-last; the recorder's per-session ``end`` events only close one exercise.
-
-Arguments: ``--record PATH --impl IMPL --deselect PATH --basetemp DIR --tests EX=FILE ...``
-``[--probe-record PATH --probes EX ...] [--timeout SECONDS] -- PYTEST-OPTIONS...``
+A child that runs out of memory gets a ``MemoryError`` from its address-space limit (recorded as
+"out of memory"), or is killed by the submission's memory cgroup (a crash by SIGKILL, "often for
+using too much memory"); children raise their ``oom_score_adj`` so the killer takes them before
+the worker. The worker writes ``{"event": "worker_done"}`` last.
 """
 
 from __future__ import annotations
