@@ -113,6 +113,9 @@ def build_parser() -> Parser:
                        help="submissions graded in parallel (default 1)")
     _add_limits(batch, batch=True)
     _add_reports(batch)
+    batch.add_argument("--lanes", type=int, default=0, metavar="N",
+                       help="exercises graded at once within each submission (forked children "
+                            "of its warm worker; default: the CPU cores divided by --jobs)")
     batch.add_argument("--keep", action="store_true", help="keep the temporary sandboxes")
     batch.add_argument("--report", type=Path, metavar="FILE",
                        help="a self-contained HTML class report, rewritten after each submission")
@@ -222,7 +225,8 @@ def _options(args, batch: bool) -> GradingOptions:
     return GradingOptions(timeout=args.timeout, memory_limit_mb=memory,
                           keep=getattr(args, "keep", False),
                           sandbox=batch and not getattr(args, "no_sandbox", False),
-                          probes=not getattr(args, "no_probes", False))
+                          probes=not getattr(args, "no_probes", False),
+                          lanes=max(0, getattr(args, "lanes", 0) or 0))
 
 
 def _write_files(args, results, several: bool = False) -> None:

@@ -25,6 +25,7 @@ import math
 import os
 import signal
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -295,6 +296,37 @@ def read_answers(path: Path) -> tuple[dict[str, dict], str | None]:
     return answers, begun
 
 
+_REFERENCES: dict[tuple[str, str], Any] = {}
+_REFERENCES_LOCK = threading.Lock()
+
+
+def reference(exercise_id: str, probe: Probe) -> Any:
+    """What ``probe`` must return, computed here (outside any sandbox) once per process."""
+    with _REFERENCES_LOCK:
+        key = (exercise_id, probe.function)
+        if key not in _REFERENCES:
+            torch.set_default_dtype(torch.float32)
+            _REFERENCES[key] = probe.reference()
+        return _REFERENCES[key]
+
+
+def prepare_references() -> threading.Thread:
+    """Compute every reference answer in a background thread (it loads the tiny GPT-2), while
+    the first submission's worker warms up; :func:`check` waits for it where needed."""
+
+    def compute():
+        for exercise_id, probes in PROBES.items():
+            for probe in probes:
+                try:
+                    reference(exercise_id, probe)
+                except Exception:  # noqa: BLE001 - check() computes it again and fails there
+                    pass
+
+    thread = threading.Thread(target=compute, name="kata-probe-references", daemon=True)
+    thread.start()
+    return thread
+
+
 def check(exercise_id: str, line: dict | None) -> dict[str, str]:
     """{function: "right" | "wrong" | "stub" | "error: ..."} for one exercise's probe line."""
     if line is None:
@@ -314,8 +346,7 @@ def check(exercise_id: str, line: dict | None) -> dict[str, str]:
         else:
             try:
                 got = _from_plain(answer.get("value"))
-                torch.set_default_dtype(torch.float32)
-                right = _matches(got, probe.reference())
+                right = _matches(got, reference(exercise_id, probe))
             except Exception:  # noqa: BLE001 - a malformed answer is a wrong one
                 right = False
             verdicts[probe.function] = "right" if right else "wrong"

@@ -16,6 +16,12 @@ plugin (:mod:`kata.grading.recorder`), and watches it:
   for the remaining exercises, skipping every test already recorded.
 
 So each exercise gets an outcome for every one of its tests, whatever the code under test does.
+
+Submissions (``run_tests(..., warm=True)``) run a warm worker instead
+(:mod:`kata.grading.worker`): one process per submission, in its sandbox, that imports torch,
+transformers and pytest and loads the models once, then forks a fresh child per exercise (and
+per exercise's answer probes) and keeps each exercise's clock itself. The records, statuses and
+messages are the same; what one exercise does to its process cannot reach another.
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ POLL_SECONDS = 0.1
 STARTUP_SECONDS = 90.0
 #: How long a finished session may take to exit (a learner's thread can keep it alive).
 EXIT_GRACE_SECONDS = 10.0
+#: How long a warm worker may stay silent beyond its own limits before it counts as stuck.
+WORKER_GRACE_SECONDS = 30.0
 #: torch threads per test process unless KATA_TORCH_THREADS says otherwise.
 DEFAULT_THREADS = 1
 
@@ -50,13 +58,18 @@ _LIMIT_THEN_EXEC = (
     "resource.setrlimit(resource.RLIMIT_AS, (limit, limit))\n"
     "os.execv(sys.argv[2], sys.argv[2:])\n"
 )
-# Prepended to the sandbox's outer shim: move a descriptor to a fixed number, shift argv.
+# Prepended to the sandbox's outer shim: move descriptors to fixed numbers, shift argv.
+# (argv: N, then N pairs "source target"; each source goes out of the way first, so a source
+# that happens to be another pair's target is not overwritten.)
 _MOVE_FD = (
-    "import os, sys\n"
-    "_src, _dst = int(sys.argv[1]), int(sys.argv[2])\n"
-    "if _src != _dst:\n"
-    "    os.dup2(_src, _dst); os.close(_src)\n"
-    "del sys.argv[1:3]\n"
+    "import os, sys, fcntl\n"
+    "_n = int(sys.argv[1])\n"
+    "_pairs = [(int(sys.argv[2 + 2 * i]), int(sys.argv[3 + 2 * i])) for i in range(_n)]\n"
+    "_high = [fcntl.fcntl(s, fcntl.F_DUPFD, 100) for s, _ in _pairs]\n"
+    "for s, _ in _pairs: os.close(s)\n"
+    "for h, (_, d) in zip(_high, _pairs):\n"
+    "    os.dup2(h, d); os.close(h)\n"
+    "del sys.argv[1:2 + 2 * _n]\n"
 )
 
 
@@ -69,7 +82,9 @@ class RunResult:
     environment: dict = field(default_factory=dict)  # torch, transformers, device, models
     # exercise id -> (status, why) for an exercise that has no recorded test at all
     problems: dict[str, tuple[Status, str]] = field(default_factory=dict)
-    processes: int = 0  # how many pytest processes it took
+    processes: int = 0  # how many pytest processes (or warm workers) it took
+    # the answer probes run by the warm worker: {exercise id: answer line, or None}
+    answers: dict | None = None
 
 
 def child_environment(root: Path, threads: int | None = None) -> dict[str, str]:
@@ -109,20 +124,27 @@ def start_child(command: list[str], cwd: Path, env: dict, log_dir: Path,
 
 
 def start_sandboxed(sandbox, command: list[str], root: Path, env: dict, log_dir: Path,
-                    name: str, record: Path, inputs: dict[str, Path]) -> subprocess.Popen:
+                    name: str, record: Path, inputs: dict[str, Path],
+                    more_records: dict[int, Path] | None = None) -> subprocess.Popen:
     """Start ``command`` (paths as seen inside) in ``sandbox``; it writes ``record`` through
-    file descriptor 3, the one file outside its private /tmp it can write to."""
+    file descriptor 3 (and each of ``more_records`` through its descriptor): the only files
+    outside its private /tmp it can write to."""
     from .sandbox import RECORD_FD
 
-    fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    targets = {RECORD_FD: record, **(more_records or {})}
+    fds = {target: os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+           for target, path in targets.items()}
     try:
         wrapped = sandbox.command(command, root, inputs)
-        # the outer shim moves the record's descriptor to RECORD_FD before it becomes bwrap
-        wrapped = [wrapped[0], "-c", _MOVE_FD + wrapped[2], str(fd), str(RECORD_FD),
+        # the outer shim moves each record's descriptor to its number before it becomes bwrap
+        pairs = [str(v) for target, fd in fds.items() for v in (fd, target)]
+        wrapped = [wrapped[0], "-c", _MOVE_FD + wrapped[2], str(len(fds)), *pairs,
                    *wrapped[3:]]
-        return start_child(wrapped, root, sandbox.environment(env), log_dir, 0, name, (fd,))
+        return start_child(wrapped, root, sandbox.environment(env), log_dir, 0, name,
+                           tuple(fds.values()))
     finally:
-        os.close(fd)
+        for fd in fds.values():
+            os.close(fd)
 
 
 def kill_group(process: subprocess.Popen) -> None:
@@ -166,9 +188,11 @@ class _EventReader:
         events = []
         for line in complete.splitlines():
             try:
-                events.append(json.loads(line))
+                event = json.loads(line)
             except ValueError:
-                pass  # a line the child was killed in the middle of writing
+                continue  # a line the child was killed in the middle of writing
+            if isinstance(event, dict) and isinstance(event.get("event"), str):
+                events.append(event)
         return events
 
 
@@ -180,18 +204,58 @@ class _Process:
     running: str | None = None  # nodeid of the test started but not finished
     last_exercise: str | None = None
     clock_start: float | None = None  # when the running exercise's first test started
-    finished_at: float | None = None  # when the session ended normally
+    finished_at: float | None = None  # when the session (or the warm worker) ended normally
+    last_event_at: float | None = None  # when the process last wrote anything
+    warm: bool = False  # a warm worker: one pytest session per exercise, then "worker_done"
     ended: str = ""  # "", "timeout", "startup timeout" or "crash"
     returncode: int | None = None
     stderr: str = ""
+
+    # a warm worker (several exercises, maybe at once): per exercise
+    begun: list = field(default_factory=list)  # exercises whose child was started
+    running_in: dict = field(default_factory=dict)  # exercise -> nodeid of its running test
+    tested: set = field(default_factory=set)  # exercises that started a test
+    done: set = field(default_factory=set)  # exercises whose session ended normally
+    deaths: list = field(default_factory=list)  # (exercise, how, returncode, running nodeid)
 
     @property
     def finished(self) -> bool:
         return self.finished_at is not None
 
+    def _apply_warm(self, kind: str, event: dict, exercise_of: dict[str, str]) -> None:
+        """The worker's children write interleaved: the worker keeps each exercise's clock and
+        says how each child ended (``child_done``, ``child_died``)."""
+        if kind == "collected":
+            exercise_of.update({t["nodeid"]: t["exercise"] for t in event.get("tests", [])
+                                if isinstance(t, dict) and "nodeid" in t})
+        elif kind == "exercise":
+            self.begun.append(event.get("exercise"))
+        elif kind == "start":
+            exercise = exercise_of.get(event.get("nodeid"))
+            self.running_in[exercise] = event.get("nodeid")
+            self.tested.add(exercise)
+        elif kind == "result":
+            exercise = exercise_of.get(event.get("nodeid"))
+            if self.running_in.get(exercise) == event.get("nodeid"):
+                self.running_in[exercise] = None
+        elif kind == "child_done":
+            self.done.add(event.get("exercise"))
+        elif kind == "child_died":
+            exercise = event.get("exercise")
+            code = -int(event["signal"]) if "signal" in event else int(event.get("code", 1))
+            self.deaths.append((exercise, str(event.get("how", "crash")), code,
+                                self.running_in.get(exercise)))
+            self.done.add(exercise)
+        elif kind == "worker_done":
+            self.finished_at = time.monotonic()
+
     def apply(self, event: dict, exercise_of: dict[str, str]) -> None:
         self.events.append(event)
-        kind = event["event"]
+        self.last_event_at = time.monotonic()
+        kind = event.get("event")
+        if self.warm:
+            self._apply_warm(kind, event, exercise_of)
+            return
         if kind == "collected":
             exercise_of.update({t["nodeid"]: t["exercise"] for t in event["tests"]})
         elif kind == "start":
@@ -218,10 +282,26 @@ def _pytest_command(root: Path, files: list[str], impl: str, record, deselect,
     ]
 
 
+def _worker_command(root: Path, exercises: list, impl: str, record, deselect, basetemp,
+                    timeout: float, probe_record=None, probes=(), lanes: int = 1) -> list[str]:
+    """The warm worker (:mod:`kata.grading.worker`): one forked pytest session per exercise."""
+    command = [sys.executable, "-m", "kata.grading.worker", "--record", str(record),
+               "--impl", impl, "--deselect", str(deselect), "--basetemp", str(basetemp),
+               "--timeout", str(timeout), "--startup", str(max(STARTUP_SECONDS, timeout)),
+               "--lanes", str(max(1, lanes)),
+               "--tests", *[f"{e.id}={root / e.tests}" for e in exercises]]
+    if probes:
+        command += ["--probe-record", str(probe_record), "--probes", *probes]
+    return command + [
+        "--", "-c", str(root / "pyproject.toml"), "--rootdir", str(root),
+        "-p", "no:cacheprovider", "-q", "--capture=no", "--tb=short", "--color=no",
+        "--continue-on-collection-errors"]
+
+
 def _watch(process: subprocess.Popen, reader: _EventReader, timeout: float,
-           exercise_of: dict[str, str]) -> _Process:
+           exercise_of: dict[str, str], warm: bool = False) -> _Process:
     """Follow one pytest process until it ends or is killed; returns what happened."""
-    run = _Process()
+    run = _Process(warm=warm)
     started = time.monotonic()
     while process.poll() is None:
         for event in reader.new_events():
@@ -230,6 +310,12 @@ def _watch(process: subprocess.Popen, reader: _EventReader, timeout: float,
         if run.finished:
             if now - run.finished_at > EXIT_GRACE_SECONDS:
                 break  # results are complete; something keeps the process alive
+        elif warm and now - (run.last_event_at or started) > max(STARTUP_SECONDS, timeout) \
+                + WORKER_GRACE_SECONDS:
+            run.ended = "hang"
+            break
+        elif warm:
+            pass  # the worker keeps each exercise's clock
         elif run.clock_start is None and now - started > max(STARTUP_SECONDS, timeout):
             run.ended = "startup timeout"
             break
@@ -249,7 +335,7 @@ def _watch(process: subprocess.Popen, reader: _EventReader, timeout: float,
 _FAULTHANDLER_FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
 
 
-def _crash_description(run: _Process, root: Path, impl: str) -> str:
+def _crash_description(run: _Process, root: Path, impl: str, module: str | None = None) -> str:
     code = run.returncode
     if code is not None and code < 0:
         try:
@@ -263,7 +349,16 @@ def _crash_description(run: _Process, root: Path, impl: str) -> str:
             how += " from outside, often for using too much memory"
     else:
         how = f"exited with status {code} in the middle of a test (os._exit or a crash in C code?)"
-    for filename, line, function in _FAULTHANDLER_FRAME.findall(run.stderr):
+    frames = _FAULTHANDLER_FRAME.findall(run.stderr)
+    if module is not None:  # a warm worker's children share one error log: the latest dump
+        # that passes through this exercise's own file (dumps list the latest call first)
+        frames = []
+        for dump in reversed(run.stderr.split("Fatal Python error")):
+            frames = [f for f in _FAULTHANDLER_FRAME.findall(dump)
+                      if f[0].endswith(f"{os.sep}{impl}{os.sep}{module}.py")]
+            if frames:
+                break
+    for filename, line, function in frames:
         if f"{os.sep}{impl}{os.sep}" in filename:
             filename = shorten_paths(filename, root)
             how += f"; last line of your code: {filename}, line {line}, in {function}"
@@ -273,7 +368,8 @@ def _crash_description(run: _Process, root: Path, impl: str) -> str:
 
 def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: float = 60.0,
               memory_limit_mb: int = 0, threads: int | None = None,
-              sandbox=None) -> RunResult:
+              sandbox=None, warm: bool = False, probes: list[str] | None = None,
+              lanes: int = 1) -> RunResult:
     """Run the tests of ``exercises`` (manifest entries) on ``root/impl`` and record every outcome.
 
     Args:
@@ -286,6 +382,12 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
         threads: torch threads per child; None: ``KATA_TORCH_THREADS``, else one.
         sandbox: a :class:`kata.grading.sandbox.Sandbox` to run every process in (None: none;
             the memory limit is then per process, ``RLIMIT_AS``).
+        warm: run a warm worker (:mod:`kata.grading.worker`: imports and models loaded once,
+            a forked child per exercise) instead of one plain pytest process.
+        probes: with ``warm``, the exercises whose answer probes the worker runs first (in
+            forked children of their own); their answers land in ``RunResult.answers``.
+        lanes: with ``warm``, how many exercises the worker grades at once (one forked child
+            each; the cores this submission may use).
     """
     root, work_dir = Path(root), Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -293,6 +395,11 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
     exercise_of: dict[str, str] = {}
     env = child_environment(root, threads)
     pending = list(exercises)
+    probe_pending = list(probes or []) if warm else []
+    probe_record = work_dir / "probes.jsonl"
+    if warm and probes is not None:
+        result.answers = {}
+        probe_record.touch()
     while pending:
         result.processes += 1
         n = result.processes
@@ -300,22 +407,50 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
         deselect.write_text(json.dumps(sorted(result.results)), encoding="utf-8")
         files = [e.tests for e in pending]
         if sandbox is None:
-            command = _pytest_command(root, files, impl, record, deselect, work_dir / f"tmp-{n}")
+            if warm:
+                command = _worker_command(root, pending, impl, record, deselect,
+                                          work_dir / f"tmp-{n}", timeout, probe_record,
+                                          probe_pending, lanes)
+            else:
+                command = _pytest_command(root, files, impl, record, deselect,
+                                          work_dir / f"tmp-{n}")
             process = start_child(command, root, env, work_dir, memory_limit_mb,
                                   name=f"pytest-{n}")
         else:
             from .sandbox import INSIDE_ROOT, RECORD_FD
 
             inside = Path(INSIDE_ROOT)
-            command = _pytest_command(inside, files, impl, f"/dev/fd/{RECORD_FD}",
-                                      "/tmp/grader/deselect.json", f"/tmp/pytest-{n}")
+            more = {}
+            if warm:
+                probe_fd = RECORD_FD + 1
+                command = _worker_command(inside, pending, impl, f"/dev/fd/{RECORD_FD}",
+                                          "/tmp/grader/deselect.json", f"/tmp/pytest-{n}",
+                                          timeout, f"/dev/fd/{probe_fd}", probe_pending,
+                                          lanes)
+                if probe_pending:
+                    more = {probe_fd: probe_record}
+                env = {**env, "KATA_WORKER_SANDBOXED": "1"}
+            else:
+                command = _pytest_command(inside, files, impl, f"/dev/fd/{RECORD_FD}",
+                                          "/tmp/grader/deselect.json", f"/tmp/pytest-{n}")
             process = start_sandboxed(sandbox, command, root, env, work_dir, f"pytest-{n}",
-                                      record, {"/tmp/grader/deselect.json": deselect})
-        run = _watch(process, _EventReader(record), timeout, exercise_of)
+                                      record, {"/tmp/grader/deselect.json": deselect}, more)
+        run = _watch(process, _EventReader(record), timeout, exercise_of, warm)
         if sandbox is not None and run.returncode is not None and 128 < run.returncode < 160:
             run.returncode = 128 - run.returncode  # bwrap reports a signal death as 128 + N
         run.stderr = tail(work_dir / f"pytest-{n}.err")
         _collect(result, run)
+        probes_progressed = False
+        if probe_pending:
+            probes_progressed = _collect_answers(result, run, probe_pending, probe_record)
+            probe_pending = [e for e in probe_pending if e not in result.answers]
+        if warm:
+            shown_root = root if sandbox is None else Path(INSIDE_ROOT)
+            pending, again = _settle_worker(result, run, pending, shown_root, impl, timeout,
+                                            probes_progressed)
+            if again:
+                continue
+            break
         if run.finished:
             _mark_unrecorded(result, pending, Outcome.NOT_RUN,
                              "the test session ended before this test ran")
@@ -328,7 +463,57 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
         pending = [e for e in pending if e.id != culprit_exercise
                    and any(t.exercise == e.id and t.nodeid not in result.results
                            for t in result.tests)]
+    if result.answers is not None:
+        for exercise_id in probes or []:
+            result.answers.setdefault(exercise_id, None)  # never reported
     return result
+
+
+def _settle_worker(result: RunResult, run: _Process, pending: list, root: Path, impl: str,
+                   timeout: float, probes_progressed: bool) -> tuple[list, bool]:
+    """Record how each exercise of a warm worker ended. Returns the exercises a new worker
+    must grade, and whether to start one."""
+    by_id = {e.id: e for e in pending}
+
+    def abnormal(exercise_id, how, code, running, stderr):
+        child = _Process(ended=how, returncode=code, stderr=stderr, running=running,
+                         last_exercise=exercise_id if exercise_id in run.tested else None,
+                         warm=True)
+        _record_abnormal_end(result, child, [by_id[exercise_id]], root, impl, timeout)
+
+    for exercise_id, how, code, running in run.deaths:
+        if exercise_id in by_id:
+            abnormal(exercise_id, how, code, running, run.stderr)
+    if run.finished:
+        _mark_unrecorded(result, pending, Outcome.NOT_RUN,
+                         "the test session ended before this test ran")
+        _note_collection_problems(result, run, [e for e in pending if e.id in run.done])
+        return [], False
+    # the worker itself died or got stuck: its running children with it
+    how = "timeout" if run.ended == "hang" else "crash"
+    in_flight = [e for e in run.begun if e in by_id and e not in run.done]
+    for exercise_id in in_flight:
+        abnormal(exercise_id, how, run.returncode, run.running_in.get(exercise_id),
+                 run.stderr)
+    if not run.begun and not probes_progressed:  # it never got to any exercise
+        _record_abnormal_end(result, _Process(ended=how, returncode=run.returncode,
+                                              stderr=run.stderr), pending, root, impl, timeout)
+        return [], False
+    rest = [e for e in pending if e.id not in run.begun]
+    return rest, bool(rest)
+
+
+def _collect_answers(result: RunResult, run: _Process, pending: list[str],
+                     probe_record: Path) -> bool:
+    """Take the probe answers of the exercises the worker began; True if it began any."""
+    from .probes import read_answers
+
+    begun = [e["exercise"] for e in run.events
+             if e.get("event") == "probe" and e.get("exercise") in pending]
+    answers, _ = read_answers(probe_record)
+    for exercise_id in begun:
+        result.answers[exercise_id] = answers.get(exercise_id)  # None: it crashed or hung
+    return bool(begun)
 
 
 def _collect(result: RunResult, run: _Process) -> None:
@@ -366,10 +551,12 @@ def _mark_unrecorded(result: RunResult, exercises: list, outcome: Outcome, messa
 
 def _note_collection_problems(result: RunResult, run: _Process, pending: list) -> None:
     """An exercise with no collected test at all (a broken or missing test file)."""
-    errors = [e["message"] for e in run.events if e["event"] == "collect_error"]
+    errors = [e for e in run.events if e["event"] == "collect_error"]
     for exercise in pending:
         if not any(t.exercise == exercise.id for t in result.tests):
-            detail = errors[0] if errors else run.stderr.strip()[-600:] or "no test found"
+            own = [e for e in errors if exercise.tests in str(e.get("nodeid", ""))] or errors
+            detail = (str(own[0].get("message", "")) if own
+                      else run.stderr.strip()[-600:] or "no test found")
             why = f"no tests collected from {exercise.tests}: {detail}"
             result.problems[exercise.id] = Status.ERROR, why
 
@@ -385,7 +572,8 @@ def _record_abnormal_end(result: RunResult, run: _Process, pending: list, root: 
     elif timed_out:
         why = f"stopped after {timeout:g} s: an endless loop, or far too slow"
     else:
-        why = _crash_description(run, root, impl)
+        module = pending[0].module if run.warm and len(pending) == 1 else None
+        why = _crash_description(run, root, impl, module)
     culprit = run.running
     exercise = exercise_of_test(result, culprit) if culprit else run.last_exercise
     if culprit:

@@ -45,6 +45,12 @@ class GradingOptions:
     sandbox: bool = False  # run every process under bwrap (kata.grading.sandbox); batch default
     probes: bool = True  # check the test reports against the answer probes (instructor mode)
     hide: tuple = ()  # more paths the sandbox hides (the batch adds the submissions themselves)
+    lanes: int = 0  # exercises graded at once per submission (0: the cores / the jobs)
+
+
+def default_lanes(jobs: int) -> int:
+    """Exercises graded at once in each submission's worker: the cores left per job."""
+    return max(1, (os.cpu_count() or 1) // max(1, jobs))
 
 
 def prepare_shared_model_cache() -> None:
@@ -182,16 +188,18 @@ def grade_submission(path: Path, name: str, instructor_root: Path, exercises: li
 
             hide = [instructor_root, work_parent or work, path, *options.hide]
             box = Sandbox.create(hide, options.memory_limit_mb)
-        run = run_tests(copy, to_run, "exercises", work / "logs", options.timeout,
-                        options.memory_limit_mb, options.threads, sandbox=box)
-        run.environment["sandbox"] = box.caps if box is not None else UNSANDBOXED
-        answers = None
-        if options.probes and to_run:
-            from .probes import run_probes
+        # one warm worker (imports and models once, a forked child per exercise) runs the
+        # answer probes, then every exercise's tests (kata.grading.worker)
+        probes = [e.id for e in to_run] if options.probes and to_run else None
+        if probes is not None:
+            from .probes import PROBES
 
-            answers = run_probes(copy, [e.id for e in to_run], "exercises", work / "logs",
-                                 options.timeout, options.memory_limit_mb, options.threads,
-                                 sandbox=box)
+            probes = [e for e in probes if e in PROBES]
+        run = run_tests(copy, to_run, "exercises", work / "logs", options.timeout,
+                        options.memory_limit_mb, options.threads, sandbox=box, warm=True,
+                        probes=probes, lanes=options.lanes or default_lanes(1))
+        run.environment["sandbox"] = box.caps if box is not None else UNSANDBOXED
+        answers = run.answers if probes is not None else None
         result = summarize(exercises, run, missing, name, time.monotonic() - started)
         return apply_probes(result, answers) if answers is not None else result
     finally:
@@ -233,6 +241,10 @@ def grade_batch(paths: list[Path], instructor_root: Path, exercises: list[Exerci
     Results come back in the order of ``paths``. One submission's failure never stops the rest.
     """
     prepare_shared_model_cache()
+    if options.probes:
+        from .probes import prepare_references
+
+        prepare_references()  # while the first workers warm up
     names = submission_names(paths)
     results: dict[str, SubmissionResult] = {}
     if options.sandbox:
@@ -246,6 +258,10 @@ def grade_batch(paths: list[Path], instructor_root: Path, exercises: list[Exerci
         # every submission, and the folders that hold them, are hidden from every other one
         others = {Path(p).resolve() for p in paths} | {Path(p).resolve().parent for p in paths}
         options = replace(options, hide=(*options.hide, *sorted(others)))
+    if not options.lanes:
+        from dataclasses import replace
+
+        options = replace(options, lanes=default_lanes(jobs))
     batch_work = Path(tempfile.mkdtemp(prefix="kata-batch-"))
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = {

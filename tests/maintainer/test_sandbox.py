@@ -349,3 +349,44 @@ def test_an_environment_fault_in_a_test_is_not_the_learners_mistake():
                TestRecord("u", "ex2", "u", Outcome.ERROR, "loading failed",
                           diagnosis="environment-fault")]
     assert exercise_status(records)[0] is Status.ENVIRONMENT_ERROR
+
+
+@needs_sandbox
+def test_one_exercise_cannot_reach_the_next_in_the_warm_worker(tmp_path):
+    """The warm worker forks each exercise from a clean process: ex1's file sets float64, a
+    global module hook, a hook on the session model and starts a daemon at import; ex2, graded
+    after it in the same worker (one lane), keeps full marks and no process is left."""
+    from kata.grading.submissions import GradingOptions, grade_batch
+
+    first = next(e for e in load_manifest() if e.id == "ex1")
+    marker = f"kata-next-{os.getpid()}-{int(time.time())}"
+    attack = STATE + textwrap.dedent(f'''
+        import kata.pytest_plugin as _plugin
+        for _model, _tokenizer, _clean in _plugin._SESSION_MODELS.values():
+            with torch.no_grad():
+                for _p in _model.parameters():
+                    _p.mul_(0.5)
+    ''') + DAEMON.replace("MARKER", marker)
+    folder = tmp_path / "attacker" / "exercises"
+    folder.mkdir(parents=True)
+    (folder / f"{first.module}.py").write_text(
+        (REPO / first.source("solutions")).read_text() + "\n" + attack)
+    (folder / f"{EXERCISE.module}.py").write_text(_source("honest"))
+    options = GradingOptions(timeout=60, memory_limit_mb=4096, sandbox=True, probes=True,
+                             lanes=1)
+    [result] = grade_batch([folder.parent], REPO, [first, EXERCISE], options, jobs=1)
+    rows = {row.exercise.id: row for row in result.exercises}
+    assert rows["ex2"].status is Status.DONE and rows["ex2"].points == rows["ex2"].max_points, \
+        rows["ex2"].message
+    assert rows["ex1"].points < rows["ex1"].max_points  # its own tests saw what it did
+    time.sleep(0.5)
+    left = [p.name for p in Path("/proc").iterdir() if p.name.isdigit()
+            and marker.encode() in _cmdline(p)]
+    assert left == [], f"processes left behind: {left}"
+
+
+def _cmdline(entry: Path) -> bytes:
+    try:
+        return (entry / "cmdline").read_bytes()
+    except OSError:
+        return b""
