@@ -222,12 +222,35 @@ def table(rows) -> str:
     return "\n".join(lines)
 
 
-def update_readme(text: str) -> None:
+def readme_rows(content: str) -> list[tuple[str, str, str]]:
+    """The rows of the README's current table."""
+    block = re.search(r"<!-- benchmark-table -->\n(.*?)<!-- end benchmark-table -->", content, re.S)
+    rows = []
+    for line in (block.group(1) if block else "").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0] not in ("measure", "---"):
+            rows.append((cells[0], cells[1], cells[2]))
+    return rows
+
+
+def merged(old: list, new: list) -> list:
+    """``old`` with the rows ``new`` measures again replaced in place, and the others appended."""
+    fresh = {name: (name, value, target) for name, value, target in new}
+    rows = [fresh.pop(name, (name, value, target)) for name, value, target in old]
+    return rows + [row for row in new if row[0] in fresh]
+
+
+def update_readme(rows, header: str, partial: bool) -> None:
+    """Write the table into README.md; with ``partial`` (``--only``), keep the rows not re-run."""
     readme = ROOT / "README.md"
     pattern = re.compile(r"(<!-- benchmark-table -->\n).*?(<!-- end benchmark-table -->)", re.S)
     content = readme.read_text()
     if not pattern.search(content):
         raise SystemExit("README.md has no <!-- benchmark-table --> markers")
+    if partial:
+        rows = merged(readme_rows(content), rows)
+        header += " (the groups named re-run; other rows from the previous run)"
+    text = f"{header}:\n\n{table(rows)}\n"
     readme.write_text(pattern.sub(lambda m: m.group(1) + text + "\n" + m.group(2), content))
 
 
@@ -243,10 +266,12 @@ def main() -> None:
     for name in args.only or GROUPS:
         print(f"benchmark: {name} ...", file=sys.stderr, flush=True)
         rows += GROUPS[name](args)
-    text = f"Measured {time.strftime('%Y-%m-%d')} on {machine()} with `python benchmarks/run.py`:\n\n{table(rows)}\n"
-    print(text)
+    only = f" --only {' --only '.join(args.only)}" if args.only else ""
+    header = (f"Measured {time.strftime('%Y-%m-%d')} on {machine()} with "
+              f"`python benchmarks/run.py{only}`")
+    print(f"{header}:\n\n{table(rows)}\n")
     if args.update_readme:
-        update_readme(text)
+        update_readme(rows, header, partial=bool(args.only))
 
 
 if __name__ == "__main__":
