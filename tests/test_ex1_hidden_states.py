@@ -109,8 +109,36 @@ def hidden_states_of(ex, computed, model_name, model, reference):
 
 
 def raw_output_of(ex, computed, model_name, model, reference):
-    return once(computed, ex, ("raw", model_name),
-                lambda: ex.raw_last_block_output(model, reference.tokens))
+    """``ex.raw_last_block_output`` on a real model; an exception from the learner's hook is named
+    with the kind of output this model's blocks return in the installed transformers."""
+
+    def call():
+        try:
+            return ex.raw_last_block_output(model, reference.tokens)
+        except (NotImplementedError, AssertionError):
+            raise
+        except Exception as error:  # noqa: BLE001 - a bare library error is no verdict
+            returns_tuple = last_block_returns_tuple(model, reference.tokens)
+            kind = "a tuple (hidden, ...)" if returns_tuple else "a plain tensor (1, T, d_model)"
+            diagnose("hook-assumes-tensor" if returns_tuple else "hook-assumes-tuple", (
+                f"raw_last_block_output raised {type(error).__name__}: {error}, on {model_name}, "
+                f"whose blocks return {kind} with this transformers version: take output[0] only "
+                "when isinstance(output, tuple), use the output itself otherwise"))
+
+    return once(computed, ex, ("raw", model_name), call)
+
+
+def last_block_returns_tuple(model, tokens) -> bool:
+    """Whether the model's last block returns a tuple (GPT-2 before transformers 5.3)."""
+    seen = []
+    handle = kata.blocks(model)[-1].register_forward_hook(
+        lambda module, inputs, output: seen.append(isinstance(output, tuple)))
+    try:
+        with torch.no_grad():
+            model(tokens["input_ids"].to(model.device))
+    finally:
+        handle.remove()
+    return seen[0]
 
 
 # ----------------------------------------------------------------------------- assertion helpers
