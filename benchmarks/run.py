@@ -31,11 +31,11 @@ sys.path.insert(0, str(ROOT))
 PYTEST = [sys.executable, "-m", "pytest", "--impl", "solutions", "-q", "-p", "no:cacheprovider"]
 
 
-def timed_run(command, env=None) -> tuple[float, int, int]:
+def timed_run(command, env=None, cwd=None) -> tuple[float, int, int]:
     """Wall seconds, exit code and peak RSS (MB) of the largest process the command waited for."""
     started = time.perf_counter()
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    run = subprocess.run(command, cwd=cwd or ROOT, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - started
     peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     if run.returncode not in (0, 1):
@@ -154,26 +154,46 @@ def _worker_breakdown(tmp: Path) -> dict[str, float]:
             kind = event.get("event")
             if kind == "warm":
                 cpu["warm-up (imports, models)"] = cpu.get("warm-up (imports, models)", 0) + event["cpu"]
-            elif kind == "probe_done":
-                cpu["answer probes"] = cpu.get("answer probes", 0) + event["cpu"]
             elif kind in ("child_done", "child_died"):
                 cpu[event["exercise"]] = cpu.get(event["exercise"], 0) + event["cpu"]
     return cpu
 
 
+def _in_place_copy(folder: Path) -> Path:
+    """A copy of the kata whose exercises/ are the solutions: graded in place, tests and code in
+    one process, as a learner's own `python grader.py` does."""
+    copy = folder / "in-place"
+    for item in ("kata", "tests", "conftest.py", "pyproject.toml", "grader.py"):
+        source = ROOT / item
+        if source.is_dir():
+            shutil.copytree(source, copy / item, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, copy / item)
+    shutil.copytree(ROOT / "solutions", copy / "exercises")
+    return copy
+
+
 def sandbox_rows() -> list[tuple[str, str, str]]:
-    """One correct submission (the solutions as exercises/), graded with and without the sandbox,
-    and where the sandboxed grading spends its CPU."""
+    """One correct submission (the solutions as exercises/) graded three ways in one run: tests and
+    code in one process (the learner's own grader, the old batch's cost), and across the trusted
+    boundary (tests here, code in a learner process) without and with the sandbox; and where the
+    trusted worker spends its CPU."""
     folder = Path(tempfile.mkdtemp(prefix="kata-sandbox-bench-"))
     breakdown: dict[str, float] = {}
     try:
         submission = folder / "correct"
         shutil.copytree(ROOT / "solutions", submission / "exercises")
+        in_place = _in_place_copy(folder)
+        commands = {
+            "in one process": ([sys.executable, "grader.py"], in_place),
+            "split, no sandbox": ([sys.executable, "grader.py", "batch", str(submission),
+                                   "--no-sandbox"], ROOT),
+            "split, sandboxed": ([sys.executable, "grader.py", "batch", str(submission)], ROOT),
+        }
         times = {}
-        for label, extra in (("sandboxed", []), ("unsandboxed", ["--no-sandbox"])):
-            command = [sys.executable, "grader.py", "batch", str(submission), *extra]
-            timed_run(command)  # warm-up: model cache and file caches
-            times[label] = statistics.median(timed_run(command)[0] for _ in range(3))
+        for label, (command, cwd) in commands.items():
+            timed_run(command, cwd=cwd)  # warm-up: model cache and file caches
+            times[label] = statistics.median(timed_run(command, cwd=cwd)[0] for _ in range(3))
         kept = folder / "kept"
         kept.mkdir()
         timed_run([sys.executable, "grader.py", "batch", str(submission), "--keep"],
@@ -181,17 +201,23 @@ def sandbox_rows() -> list[tuple[str, str, str]]:
         breakdown = _worker_breakdown(kept)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    cost = times["sandboxed"] / times["unsandboxed"] - 1
+    split = times["split, no sandbox"] / times["in one process"] - 1
+    sandbox = times["split, sandboxed"] / times["split, no sandbox"] - 1
     cores = os.cpu_count() or 1
     rows = [
-        ("grader: one correct submission, sandboxed (bwrap)", f"{times['sandboxed']:.1f} s (median of 3)", "<= 10 s"),
-        ("grader: the same, --no-sandbox", f"{times['unsandboxed']:.1f} s (median of 3)", ""),
-        ("cost of the sandbox", f"{cost:+.0%}", "< 20%"),
+        ("grader: one correct submission, tests and code in one process (the learner's own "
+         "grader; the old batch)", f"{times['in one process']:.1f} s (median of 3)", ""),
+        ("grader: the same across the trusted boundary, --no-sandbox",
+         f"{times['split, no sandbox']:.1f} s (median of 3)", ""),
+        ("grader: the same across the trusted boundary, sandboxed (bwrap; `batch`)",
+         f"{times['split, sandboxed']:.1f} s (median of 3)", "<= 30 s"),
+        ("cost of the trusted-side split", f"{split:+.0%}", ""),
+        ("cost of the sandbox", f"{sandbox:+.0%}", "< 20%"),
     ]
     if breakdown:
         total = sum(breakdown.values())
         parts = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in breakdown.items())
-        rows.append((f"its warm worker's CPU time: {parts}", f"{total:.1f} CPU s "
+        rows.append((f"its trusted worker's CPU time: {parts}", f"{total:.1f} CPU s "
                      f"(>= {total / cores:.1f} s on {cores} cores)", ""))
     return rows
 

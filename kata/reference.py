@@ -1,8 +1,8 @@
-"""Reference computations that the tests (``tests/support.py``) and the answer probes
-(``kata/grading/probes.py``) both compare the learner's answers with.
+"""Reference computations that the tests (``tests/support.py``), the figures command and the
+notebooks compare the learner's answers with.
 
-Written once, from the model and torch alone, never from ``solutions/``: so the tests and the
-probes stay independent of the code they judge, and agree with each other.
+Written once, from the model and torch alone, never from ``solutions/``, so they stay independent
+of the code they judge. Trusted side only: the grader's sandbox never holds this module.
 """
 
 from __future__ import annotations

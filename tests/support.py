@@ -12,8 +12,7 @@ never from ``solutions/``.
 * first-dependency checks: :func:`learner_call` (a library error raised inside another of the
   learner's functions is reported as that function's fault);
 * reference computations: :func:`reference_hidden_states`, :func:`reference_raw_last_block`,
-  :func:`cosine_matrix`, :func:`computed_once`; and, shared with the grader's answer probes
-  from ``kata/reference.py``, :func:`reference_logits`, :func:`reference_log_probs`,
+  :func:`cosine_matrix`, :func:`computed_once`; and, from ``kata/reference.py``, :func:`reference_logits`, :func:`reference_log_probs`,
   :func:`scaled_block_log_probs`;
 * figures: :func:`drawn_points` (the points drawn on an axes, by any artist);
 * fake models: :class:`ToyBlock`, :class:`ToyModel`, :class:`TensorBlock`, :class:`TupleBlock`.
@@ -21,18 +20,16 @@ never from ``solutions/``.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 import kata
 from kata.compat import block_hidden
 from kata.diagnosis import diagnose
-from kata.reference import (  # noqa: F401 (shared with kata/grading/probes.py)
+from kata.reference import (  # noqa: F401 (the tests import them from here)
     reference_log_probs,
     reference_logits,
     scaled_block_log_probs,
@@ -244,81 +241,15 @@ def line_points(ax) -> list[np.ndarray]:
 
 # ----------------------------------------------------------------------------- fake models
 
-
-class ToyForwardError(Exception):
-    """Raised on purpose by a fake model's forward pass."""
-
-
-class ToyBlock(nn.Module):
-    """A block that returns a tensor ``(1, T, 4)`` or a tuple with it first."""
-
-    def __init__(self, returns_tuple: bool):
-        super().__init__()
-        self.linear = nn.Linear(4, 4)
-        self.returns_tuple = returns_tuple
-
-    def forward(self, x):
-        y = x + self.linear(x)
-        return (y, None) if self.returns_tuple else y
-
-
-class ToyModel(nn.Module):
-    """Just enough of a GPT-2-shaped model for kata.blocks, kata.final_norm, kata.context_length.
-
-    Its blocks return a tuple (like GPT-2's before transformers 5.3) or a plain tensor (like
-    GPT-2's from 5.3 on and Llama's), whichever transformers version runs the tests.
-    """
-
-    def __init__(self, returns_tuple: bool, fails: bool = False):
-        super().__init__()
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            self.config = SimpleNamespace(n_positions=16)
-            self.transformer = nn.Module()
-            self.transformer.wte = nn.Embedding(20, 4)
-            self.transformer.h = nn.ModuleList([ToyBlock(returns_tuple) for _ in range(2)])
-            self.transformer.ln_f = nn.LayerNorm(4)
-        self.fails = fails
-
-    @property
-    def device(self):
-        return self.transformer.wte.weight.device
-
-    def get_input_embeddings(self):
-        return self.transformer.wte
-
-    def forward(self, input_ids=None, attention_mask=None, output_hidden_states=False, **kwargs):
-        if self.fails:
-            raise ToyForwardError("the toy model's forward pass fails on purpose")
-        x = self.transformer.wte(input_ids)
-        hidden_states = [x]
-        for block in self.transformer.h:
-            x = block_hidden(block(x))
-            hidden_states.append(x)
-        hidden_states[-1] = self.transformer.ln_f(x)  # as real models do
-        return SimpleNamespace(
-            logits=hidden_states[-1],  # a real model would unembed; no test reads the logits
-            hidden_states=tuple(hidden_states) if output_hidden_states else None,
-            last_block_output=x,
-        )
-
-
-class TensorBlock(nn.Module):
-    """Stands in for a block that returns a tensor (GPT-2 from transformers 5.3, Llama)."""
-
-    def forward(self, x):
-        return 2 * x
-
-
-class TupleBlock(nn.Module):
-    """Stands in for a block that returns a tuple (GPT-2 up to transformers 5.2)."""
-
-    def __init__(self):
-        super().__init__()
-        self.extra = torch.arange(3.0)  # stands for the tuple's other elements (e.g. a cache)
-
-    def forward(self, x):
-        return (2 * x, self.extra)
+# The fake models live in kata/toys.py: the grader sends them by value to the sandbox that runs the
+# learner's code, which must know their classes.
+from kata.toys import (  # noqa: E402,F401
+    TensorBlock,
+    ToyBlock,
+    ToyForwardError,
+    ToyModel,
+    TupleBlock,
+)
 
 
 @pytest.fixture

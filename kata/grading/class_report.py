@@ -48,7 +48,7 @@ STATUS_COLOURS = {
     Status.DONE: "#2e7d32", Status.IN_PROGRESS: "#9ccc65", Status.FAILING: "#ef6c00",
     Status.NOT_STARTED: "#bdbdbd", Status.ERROR: "#c62828", Status.TIMED_OUT: "#6a1b9a",
     Status.CRASHED: "#4e342e", Status.OUT_OF_MEMORY: "#ad1457", Status.MISSING: "#eeeeee",
-    Status.TAMPERED: "#000000", Status.ENVIRONMENT_ERROR: "#1565c0",
+    Status.ENVIRONMENT_ERROR: "#1565c0",
 }
 
 

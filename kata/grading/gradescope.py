@@ -41,7 +41,9 @@ from .submissions import GradingOptions, grade_batch
 ROOT = Path(__file__).resolve().parents[2]
 #: What the bundle takes from the kata (solutions/ never).
 BUNDLE_ITEMS = ("kata", "tests", "exercises", "conftest.py", "pyproject.toml", "grader.py")
-_SKIPPED_PARTS = {"__pycache__", ".pytest_cache", "maintainer"}
+#: Never bundled: the maintainer tests, and the catalogues of correct variants and of planted
+#: mistakes (correct answers, and how to write wrong ones).
+_SKIPPED_PARTS = {"__pycache__", ".pytest_cache", "maintainer", "variants", "mistakes"}
 _SKIPPED_SUFFIXES = (".pyc",)
 #: Per exercise, in seconds; Gradescope's own limit for the whole run is set in the assignment.
 TIMEOUT = 300.0
@@ -160,7 +162,9 @@ def grade_for_gradescope(root: Path | str, exercise_ids: Sequence[str] | None = 
             if unknown:
                 raise ValueError(f"no exercise {', '.join(sorted(unknown))} in the manifest")
             exercises = [e for e in exercises if e.id in exercise_ids]
-        options = GradingOptions(timeout=timeout, memory_limit_mb=memory_limit_mb)
+        # The same sandbox as `grader.py batch`: a submission's code must not reach the
+        # grader, whose container it shares (a daemon it leaves could rewrite results.json).
+        options = GradingOptions(timeout=timeout, memory_limit_mb=memory_limit_mb, sandbox=True)
         [result] = grade_batch([root / "submission"], root / "source", exercises, options)
     except Exception as error:  # noqa: BLE001 - Gradescope must get a results.json whatever happens
         reports.write_atomically(results_path, _failure_results(error, time.monotonic() - started))

@@ -42,9 +42,6 @@ class Status(StrEnum):
     IN_PROGRESS = "in progress"
     #: No test passes, and not only because of stubs.
     FAILING = "failing"
-    #: The test reports contradict the answer probes (:mod:`kata.grading.probes`): the results
-    #: were forged. 0 points; the message says what the probes found.
-    TAMPERED = "tampered"
     #: The machine failed (device, model cache, environment) after the batch started: never
     #: graded as the learner's mistake. 0 points until graded again; the message says what failed.
     ENVIRONMENT_ERROR = "environment error"
@@ -192,8 +189,8 @@ class ExerciseResult:
 
     @property
     def void(self) -> bool:
-        """Its test results do not count (tampered, or an environment error)."""
-        return self.status in (Status.TAMPERED, Status.ENVIRONMENT_ERROR)
+        """Its test results do not count (an environment error: the machine's fault)."""
+        return self.status is Status.ENVIRONMENT_ERROR
 
     def first_failure(self) -> TestRecord | None:
         return next((t for t in self.counted if not t.passed), None)
@@ -279,6 +276,13 @@ class SubmissionResult:
     def points(self) -> float:
         """Every point earned, bonus points included."""
         return round(self.main_points + self.bonus_points, 2)
+
+    @property
+    def interrupted(self) -> bool:
+        """Not graded: the batch was stopped before or while it ran."""
+        return bool(self.exercises) and all(
+            row.message and row.message.startswith("not graded: the batch was interrupted")
+            for row in self.exercises)
 
     @property
     def all_done(self) -> bool:
