@@ -16,7 +16,8 @@ never from ``solutions/``.
   from ``kata/reference.py``, :func:`reference_logits`, :func:`reference_log_probs`,
   :func:`scaled_block_log_probs`;
 * figures: :func:`drawn_points` (the points drawn on an axes, by any artist);
-* fake models: :class:`ToyBlock`, :class:`ToyModel`, :class:`TensorBlock`, :class:`TupleBlock`.
+* fake models: :class:`ToyBlock`, :class:`ToyModel`, :class:`TensorBlock`, :class:`TupleBlock`;
+  :class:`CallOnlyTokenizer` (a real tokenizer without ``encode``).
 """
 
 from __future__ import annotations
@@ -319,6 +320,29 @@ class TupleBlock(nn.Module):
 
     def forward(self, x):
         return (2 * x, self.extra)
+
+
+class CallOnlyTokenizer:
+    """A real tokenizer that can only be called (``tokenizer(text, ...)``), as the post does.
+
+    Everything else is the wrapped tokenizer's, except ``encode``, which raises an
+    ``AttributeError`` saying so: a test hands it to a function that must call the tokenizer
+    object itself.
+    """
+
+    ENCODE_MESSAGE = ("this tokenizer is to be called, tokenizer(text, return_tensors='pt'), "
+                      "not asked to encode")
+
+    def __init__(self, tokenizer):
+        self._tokenizer = tokenizer
+
+    def __call__(self, *args, **kwargs):
+        return self._tokenizer(*args, **kwargs)
+
+    def __getattr__(self, name):
+        if name == "encode":
+            raise AttributeError(self.ENCODE_MESSAGE)
+        return getattr(self._tokenizer, name)
 
 
 @pytest.fixture

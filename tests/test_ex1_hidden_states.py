@@ -27,6 +27,7 @@ import kata  # noqa: E402
 from kata.diagnosis import diagnose  # noqa: E402
 from kata.hooks import hook_snapshot  # noqa: E402
 from tests.support import (  # noqa: E402
+    CallOnlyTokenizer,
     ToyForwardError,
     ToyModel,
     check_close,
@@ -250,7 +251,16 @@ def test_model_summary_reads_llama_style_config(ex, smollm2):
 
 def test_tokenize_gives_input_ids_and_attention_mask(ex, tiny_gpt2):
     _, tokenizer = tiny_gpt2
-    tokens = ex.tokenize(tokenizer, kata.PENGUIN_TEXT)
+    try:  # the tokenizer object itself, called as the post does: it has no encode here
+        tokens = ex.tokenize(CallOnlyTokenizer(tokenizer), kata.PENGUIN_TEXT)
+    except AttributeError as error:
+        if CallOnlyTokenizer.ENCODE_MESSAGE not in str(error):
+            raise
+        diagnose("tokenize-uses-encode", (
+            "your tokenize calls tokenizer.encode, which gives a plain list of ids: call the "
+            "tokenizer object itself, tokenizer(text, return_tensors='pt'), which gives the "
+            "input_ids and the attention_mask together, already as (1, T) tensors (the post's "
+            "figure 4). The tokenizer this test passes can only be called"))
     expected_ids = torch.tensor([tokenizer(kata.PENGUIN_TEXT)["input_ids"]])  # (1, T)
     expect(isinstance(tokens, Mapping), "tokenize-not-a-mapping", (
         f"tokenize should return a mapping with 'input_ids' and 'attention_mask', got "

@@ -95,6 +95,15 @@ def next_token_bounds(lens, ids, offset=1):
     return rank_bounds(lens[:, :-1], chosen[None, :].expand(lens.shape[0], -1))
 
 
+def pairing_bounds(lens, ids, lens_from: int, ids_from: int):
+    """Rank bounds of token ``t + ids_from`` in the lens row of position ``t + lens_from``, for
+    t = 0 .. T - 2 (``lens_from`` and ``ids_from`` are 0 or 1)."""
+    ids = ids.reshape(-1)
+    n = len(ids) - 1
+    chosen = ids[ids_from:ids_from + n][None, :].expand(lens.shape[0], -1)
+    return rank_bounds(lens[:, lens_from:lens_from + n], chosen)
+
+
 def layer_names(n):
     return ["Emb"] + [f"L{i}" for i in range(n - 1)]
 
@@ -321,6 +330,16 @@ def test_true_token_ranks(ex, tiny):
         diagnose("rank-current-token",
                  "these are the ranks of the current token: position t predicts the *next* "
                  "token, so pair lens[:, t] with input_ids[t + 1]")
+    for lens_from, ids_from in ((1, 1), (1, 0)):  # the lens shifted instead of the tokens
+        if within(ranks, pairing_bounds(lens, ids, lens_from, ids_from)):
+            lens_part = "lens[:, 1:]" if lens_from else "lens[:, :-1]"
+            ids_part = "input_ids[1:]" if ids_from else "input_ids[:-1]"
+            diagnose("rank-next-token-shift", (
+                f"your true_token_ranks pairs {lens_part} with {ids_part}, so the prediction "
+                f"made at position t + {lens_from} is checked against token t + {ids_from}. "
+                "Position t predicts the token that follows it, token t + 1: shift the tokens, "
+                "not the lens, and pair lens[:, :-1] (positions 0 .. T - 2) with input_ids[1:] "
+                "(tokens 1 .. T - 1)"))
     vocab_size = lens.shape[-1]
     if within(vocab_size - 1 - ranks, bounds):
         diagnose("rank-counts-lower",
@@ -328,12 +347,13 @@ def test_true_token_ranks(ex, tiny):
                  "log-probability, so that 0 is the top")
     low, high = bounds
     wrong = ((ranks < low) | (ranks > high)).nonzero()[0].tolist()
-    pytest.fail(
-        f"true_token_ranks is wrong in {int(((ranks < low) | (ranks > high)).sum())} places; e.g. "
-        f"layer {wrong[0]}, position {wrong[1]}: expected {int(low[tuple(wrong)])} (the number of "
-        f"tokens with a higher log-probability than token {int(ids[0, wrong[1] + 1])}), got "
-        f"{int(ranks[tuple(wrong)])}"
-    )
+    diagnose("rank-wrong", (
+        f"your true_token_ranks is wrong in {int(((ranks < low) | (ranks > high)).sum())} of "
+        f"{ranks.numel()} places; e.g. layer {wrong[0]}, position {wrong[1]}: expected "
+        f"{int(low[tuple(wrong)])}, got {int(ranks[tuple(wrong)])}. At position t the true token "
+        f"is the next one, input_ids[t + 1] (here token {int(ids[0, wrong[1] + 1])}), and its "
+        "rank is the number of tokens whose log-probability in lens[layer, t] is strictly "
+        "higher than its own"))
 
 
 def test_true_token_ranks_rejects_a_lens_of_selected_positions(ex, tiny):
@@ -463,6 +483,14 @@ def test_plot_logit_lens_colours_and_texts(ex, tiny_gpt2, tiny):
         assert np.allclose(image, expected, atol=1e-4), (
             "the colours should be each cell's top log-probability, lens.max(dim=-1).values"
         )
+        fig.canvas.draw()  # the axes' limits and direction as they are drawn
+        bottom_y = ax.transData.transform((0, 0))[1]  # display y of row 0, the embedding layer
+        top_y = ax.transData.transform((0, n_hidden - 1))[1]  # of the last row, the output
+        expect(top_y > bottom_y, "lens-plot-output-at-bottom", (
+            "in your picture the output (the last hidden state) is the bottom row and the "
+            "embedding layer the top one: imshow puts row 0 at the top unless told otherwise. "
+            "Pass origin='lower' to ax.imshow so that row 0 (Emb) is at the bottom and the "
+            "layers climb towards the output, as the model computes them"))
         cells = {}
         for text in ax.texts:
             x, y = text.get_position()

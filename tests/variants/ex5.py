@@ -51,7 +51,8 @@ def top_tokens_by_layer(lens, tokenizer, position=-1, k=5):
     Variant(
         id="matshow-and-numpy-median",
         exercise="ex5",
-        summary="draws the lens with matshow (origin at the top) and the ranks with np.median and semilogy",
+        summary="draws the lens with matshow (origin at the top), then turns the y axis over so the "
+                "output is the top row, and the ranks with np.median and semilogy",
         code='''
 import numpy as np
 
@@ -61,6 +62,7 @@ def plot_logit_lens(lens, tokenizer, input_ids):
     n, t = values.shape
     fig, ax = plt.subplots(figsize=(0.9 * t + 2, 0.32 * n + 2))
     image = ax.matshow(values.numpy(), aspect="auto")
+    ax.invert_yaxis()  # matshow puts row 0 at the top: the output row goes up instead
     fig.colorbar(image)
     for i in range(n):
         for p in range(t):
