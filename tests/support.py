@@ -116,8 +116,8 @@ def raises_clearly(error_type, call, situation: str, hint: str, diagnosis: str) 
         raise
     except error_type as error:
         if "out of bounds for dimension" in str(error):  # torch's own, not the learner's check
-            diagnose(diagnosis, f"{situation}: the IndexError is torch's own ({error}), which names "
-                     f"no valid range in the learner's terms. {hint}")
+            diagnose(diagnosis, f"{situation}: the IndexError is torch's own ({error}), which does "
+                     f"not name the valid range the way your function's own check would. {hint}")
         return str(error)
     except Exception as error:  # noqa: BLE001 - any other error is the learner's bug to read about
         diagnose(diagnosis, f"{situation}: expected a {error_type.__name__} with a clear message, "
