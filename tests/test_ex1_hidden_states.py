@@ -183,6 +183,14 @@ def check_dtype_device_and_graph(hidden) -> None:
     ))
 
 
+def check_float32_on_cpu(value, function: str) -> None:
+    """The docstring's promise: a float32 tensor on the CPU (after the values are checked)."""
+    expect(value.dtype == torch.float32, "output-not-float32",
+           f"your {function} returned {value.dtype}, expected torch.float32 (use .float())")
+    expect(value.device.type == "cpu", "output-not-on-cpu",
+           f"your {function} returned a tensor on {value.device}, expected the CPU (use .cpu())")
+
+
 def check_same_hidden_states(actual, expected, model_name: str) -> None:
     differing = [i for i in range(len(expected)) if not close(actual[i], expected[i], 1e-4)]
     if not differing:
@@ -387,6 +395,7 @@ def test_embedding_layer_output_is_hidden_state_0_on_tiny_gpt2(ex, tiny_gpt2, ti
     model, _ = tiny_gpt2
     output = ex.embedding_layer_output(model, tiny_reference.tokens["input_ids"])
     check_embedding_layer(output, tiny_reference, 64, "tiny-gpt2")
+    check_float32_on_cpu(output, "embedding_layer_output")
 
 
 @pytest.mark.trained
@@ -451,6 +460,7 @@ def test_raw_last_block_output_is_the_last_hidden_state_before_the_final_norm(
         "register_forward_hook returns and call handle.remove() in a finally block"
     ))
     check_raw_output(raw, tiny_reference, model, "tiny-gpt2")
+    check_float32_on_cpu(raw, "raw_last_block_output")
 
 
 @pytest.mark.trained
