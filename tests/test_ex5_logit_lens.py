@@ -30,6 +30,7 @@ from matplotlib.figure import Figure  # noqa: E402
 import kata  # noqa: E402
 from kata.diagnosis import diagnose  # noqa: E402
 from tests.support import (  # noqa: E402
+    check_message_names,
     check_shape,
     check_tensor,
     computed_once,
@@ -288,24 +289,39 @@ def test_logit_lens_reads_a_single_position(ex, lens_model, tiny):
     assert close(lens[:, 0], tiny["lens"][:, -1]), "logit_lens(..., positions=[-1]) is not the last position"
 
 
-@pytest.mark.parametrize("case", ["no embedding layer", "a batch dimension", "position out of range"])
+@pytest.mark.parametrize("case", ["no embedding layer", "a batch dimension"])
 def test_logit_lens_rejects_bad_input(ex, lens_model, tiny, case):
     hidden = tiny["hidden"]
-    n_tokens = hidden.shape[1]
     arguments = {
         "no embedding layer": (hidden[1:], None),
         "a batch dimension": (hidden[:, None], None),
-        "position out of range": (hidden, [0, n_tokens]),
     }[case]
     why = {
         "no embedding layer": "hidden_states must hold n_layers + 1 states, the embedding layer first",
         "a batch dimension": "hidden_states is (n_layers + 1, T, d_model), without a batch dimension",
-        "position out of range": f"the text has {n_tokens} tokens, so position {n_tokens} does not exist",
     }[case]
     # The docstring promises a ValueError: torch's own IndexError (or a shape error) is no check.
     raises_clearly(ValueError, lambda: ex.logit_lens(lens_model, *arguments),
                    f"logit_lens with {case}", f"Check the input first: {why}.",
                    "lens-input-not-checked")
+
+
+def check_bad_position(ex, call, n_positions: int, situation: str, diagnosis: str) -> None:
+    """A position that is not one of ``n_positions`` raises IndexError naming the valid range,
+    the kata's one rule for positions (``kata.token_index``)."""
+    message = raises_clearly(
+        IndexError, call, situation,
+        f"Check the position first: kata.token_index(position, {n_positions}, 'position') raises "
+        "the IndexError and names the valid range.", diagnosis)
+    check_message_names(message, [str(n_positions - 1)], f"{diagnosis}-range-not-named",
+                        f"name the valid range of positions (-{n_positions}..{n_positions - 1})")
+
+
+def test_logit_lens_rejects_a_position_out_of_range(ex, lens_model, tiny):
+    n_tokens = tiny["hidden"].shape[1]
+    check_bad_position(ex, lambda: ex.logit_lens(lens_model, tiny["hidden"], [0, n_tokens]),
+                       n_tokens, f"logit_lens with positions [0, {n_tokens}] for {n_tokens} tokens",
+                       "lens-position-not-checked")
 
 
 # ----------------------------------------------------------------------------- ranks
@@ -317,7 +333,8 @@ def test_true_token_ranks(ex, tiny):
     n_hidden, n_tokens = lens.shape[:2]
     check_shape(ranks, (n_hidden, n_tokens - 1), "true_token_ranks",
                 "(n_layers + 1, T - 1): the last position has no next token to check")
-    assert not ranks.dtype.is_floating_point, f"ranks are whole numbers, got {ranks.dtype}"
+    expect(ranks.dtype == torch.int64, "ranks-not-int64",
+           f"your true_token_ranks returned {ranks.dtype}: ranks are counts, int64 tensors")
     ranks = ranks.cpu().long()
     bounds = next_token_bounds(lens, ids)
     if within(ranks, bounds):
@@ -384,6 +401,8 @@ def test_target_rank_by_layer(ex, tiny):
     target = 12833  # " insect"
     ranks = check_tensor(ex.target_rank_by_layer(tiny["lens"], target), "target_rank_by_layer")
     check_shape(ranks, (tiny["lens"].shape[0],), "target_rank_by_layer", "one rank per layer")
+    expect(ranks.dtype == torch.int64, "ranks-not-int64",
+           f"your target_rank_by_layer returned {ranks.dtype}: ranks are counts, int64 tensors")
     ranks = ranks.cpu().long()
     n_hidden = tiny["lens"].shape[0]
     bounds = rank_bounds(tiny["lens"][:, -1], torch.full((n_hidden,), target))
@@ -406,6 +425,13 @@ def test_target_rank_by_layer_rejects_a_bad_target(ex, tiny):
                    f"target_rank_by_layer with target_id {bad} (the vocabulary has {bad - 3} tokens)",
                    "Check target_id first (kata.token_id(target_id, vocab_size) does).",
                    "lens-target-id-not-checked")
+
+
+def test_target_rank_by_layer_rejects_a_position_out_of_range(ex, tiny):
+    n_positions = tiny["lens"].shape[1]
+    check_bad_position(ex, lambda: ex.target_rank_by_layer(tiny["lens"], 12833, n_positions),
+                       n_positions, f"target_rank_by_layer with position {n_positions} of "
+                       f"{n_positions}", "target-rank-position-not-checked")
 
 
 # ----------------------------------------------------------------------------- top tokens
@@ -446,6 +472,14 @@ def test_top_tokens_by_layer_position_and_k(ex, tiny_gpt2, tiny):
     assert [list(layer) for layer in top] == expected, (
         f"top_tokens_by_layer(..., position=2, k=3): expected {expected[:2]}..., got {top[:2]}..."
     )
+
+
+def test_top_tokens_by_layer_rejects_a_position_out_of_range(ex, tiny_gpt2, tiny):
+    _, tokenizer = tiny_gpt2
+    n_positions = tiny["lens"].shape[1]
+    check_bad_position(ex, lambda: ex.top_tokens_by_layer(tiny["lens"], tokenizer, -n_positions - 1),
+                       n_positions, f"top_tokens_by_layer with position {-n_positions - 1} of "
+                       f"{n_positions}", "top-tokens-position-not-checked")
 
 
 # ----------------------------------------------------------------------------- the lens picture

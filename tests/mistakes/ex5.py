@@ -18,8 +18,7 @@ def logit_lens(model, hidden_states, positions=None):
         raise ValueError("hidden_states should be (n_layers + 1, T, d_model)")
     n_tokens = hidden_states.shape[1]
     positions = list(range(n_tokens)) if positions is None else [int(p) for p in positions]
-    if any(not -n_tokens <= p < n_tokens for p in positions):
-        raise ValueError("position out of range")
+    positions = [kata.token_index(p, n_tokens, "position") for p in positions]
     norm, unembed = kata.final_norm(model), model.get_output_embeddings()
     layers = []
     with torch.no_grad():

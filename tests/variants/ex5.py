@@ -14,8 +14,9 @@ def logit_lens(model, hidden_states, positions=None):
     if hidden_states.dim() != 3 or hidden_states.shape[0] != n:
         raise ValueError(f"expected ({n}, T, d_model), got {tuple(hidden_states.shape)}")
     if positions is not None:
-        if any(not -hidden_states.shape[1] <= p < hidden_states.shape[1] for p in positions):
-            raise ValueError("position out of range")
+        n = hidden_states.shape[1]
+        if any(not -n <= p < n for p in positions):
+            raise IndexError(f"positions {list(positions)}: the valid positions are -{n} to {n - 1}")
         hidden_states = hidden_states[:, list(positions)]
     with torch.no_grad():
         h = torch.cat([kata.final_norm(model)(hidden_states[:-1]), hidden_states[-1:]])
@@ -41,6 +42,9 @@ def true_token_ranks(lens, input_ids):
         summary="takes the top k with argsort instead of topk, decoding one id at a time",
         code='''
 def top_tokens_by_layer(lens, tokenizer, position=-1, k=5):
+    n = lens.shape[1]
+    if not -n <= position < n:
+        raise IndexError(f"position {position} is not one of the {n} positions (-{n} to {n - 1})")
     result = []
     for row in lens[:, position]:
         ids = row.argsort(descending=True)[:k]
