@@ -71,8 +71,8 @@ def tokenize(tokenizer, text: str):
     Hint: The tokenizer is callable: calling it gives the input_ids and the attention_mask
     together; ask for PyTorch tensors with return_tensors="pt".
 
-    On the models: the penguin sentence is 10 tokens for GPT-2 and 11 for SmolLM2 (which splits "
-    Penguins" into " P" + "enguins").
+    On the models: the penguin sentence is 10 tokens for GPT-2 and 11 for SmolLM2, whose tokenizer
+    cuts the word Penguins in two (``" P"`` + ``"enguins"``).
 
     Post: Python demo 1, the tokens (figure 4).
     """
