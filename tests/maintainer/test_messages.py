@@ -22,6 +22,8 @@ pytestmark = pytest.mark.maintainer
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = sorted((ROOT / "tests").glob("test_ex*.py")) + [ROOT / "tests" / "support.py"]
+# The errors the kata and the reference solutions raise reach the learner too.
+RAISING = sorted((ROOT / "kata").rglob("*.py")) + sorted((ROOT / "solutions").glob("ex*.py"))
 
 # callee name -> the positions and keywords of its arguments that a learner reads
 MESSAGE_ARGUMENTS = {
@@ -123,6 +125,9 @@ def messages(path: Path):
         if not isinstance(node, ast.Call):
             continue
         callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        if callee.endswith(("Error", "Exception", "Exit")) and node.args:
+            yield node.lineno, node.args[0]  # raise SomeError(message)
+            continue
         if callee not in MESSAGE_ARGUMENTS:
             continue
         positions, keywords = MESSAGE_ARGUMENTS[callee]
@@ -179,3 +184,16 @@ def test_every_message_renders_without_a_leftover_placeholder(path):
     assert not leftovers, (
         "these messages show a placeholder to the learner (an f prefix forgotten, or braces "
         "meant literally?):\n" + "\n".join(leftovers))
+
+
+@pytest.mark.parametrize("path", RAISING, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_error_the_kata_raises_renders_without_a_leftover_placeholder(path):
+    leftovers = []
+    for line, expression in messages(path):
+        if not has_text(expression):
+            continue
+        text = render(expression)
+        match = leftover(text)
+        if match:
+            leftovers.append(f"{path.name}:{line}: {match.group()} in {text[:160]!r}")
+    assert not leftovers, "these errors show a placeholder:\n" + "\n".join(leftovers)
