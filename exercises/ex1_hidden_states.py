@@ -15,7 +15,9 @@ embedding layer's output first, then the output of every block, so a model with 
 n_layers + 1 of them. Here you read the model's size from its config, tokenize a text, collect its
 hidden states, check where the first and the last of them come from (the embeddings, and the last
 block followed by the final norm), and plot how one token's activations spread out as the vector
-travels deeper into the model.
+travels deeper into the model. The *final norm* is the normalisation (LayerNorm in GPT-2, RMSNorm
+in SmolLM2) that the model applies to the last block's output before turning it into a prediction;
+``kata.final_norm(model)`` is that module.
 
 One new tool: the *forward hook* (``raw_last_block_output``), a function PyTorch calls after a
 module runs, ``hook(module, inputs, output)``, to look at (or, in exercise 3, replace) what the

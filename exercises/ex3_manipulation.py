@@ -74,10 +74,11 @@ def target_token_id(tokenizer, word):
 def next_token_log_probs(model, input_ids):
     """Log-probabilities of every possible next token after ``input_ids``.
 
-    ``input_ids`` is one sequence, shape ``(1, T)`` as the tokenizer returns it, or ``(T,)``. Run
-    the model without gradients, take the logits at the *last* position (the prediction for the
-    token after the text) and apply log-softmax over the vocabulary: softmax gives probabilities,
-    and the post measures their logarithm.
+    ``input_ids`` is one sequence, shape ``(1, T)`` as the tokenizer returns it, or ``(T,)``. The
+    model's output ``.logits`` holds, for every position, one raw score per vocabulary token (a
+    logit), shape ``(1, T, vocab_size)``. Run the model without gradients, take the logits at the
+    *last* position (the prediction for the token after the text) and apply log-softmax over the
+    vocabulary: softmax gives probabilities, and the post measures their logarithm.
 
     Returns a float32 CPU tensor of shape ``(vocab_size,)`` whose ``exp()`` sums to 1, with no
     autograd graph. Raises ``ValueError`` for an empty input, one longer than
