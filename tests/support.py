@@ -15,7 +15,8 @@ never from ``solutions/``.
   :func:`cosine_matrix`, :func:`computed_once`; and, from ``kata/reference.py``, :func:`reference_logits`, :func:`reference_log_probs`,
   :func:`scaled_block_log_probs`;
 * figures: :func:`drawn_points` (the points drawn on an axes, by any artist);
-* fake models: :class:`ToyBlock`, :class:`ToyModel`, :class:`TensorBlock`, :class:`TupleBlock`.
+* fake models: :class:`ToyBlock`, :class:`ToyModel`, :class:`TensorBlock`, :class:`TupleBlock`;
+  :class:`CallOnlyTokenizer` (a real tokenizer without ``encode``).
 """
 
 from __future__ import annotations
@@ -112,8 +113,8 @@ def raises_clearly(error_type, call, situation: str, hint: str, diagnosis: str) 
         raise
     except error_type as error:
         if "out of bounds for dimension" in str(error):  # torch's own, not the learner's check
-            diagnose(diagnosis, f"{situation}: the IndexError is torch's own ({error}), which names "
-                     f"no valid range in the learner's terms. {hint}")
+            diagnose(diagnosis, f"{situation}: the IndexError is torch's own ({error}), which does "
+                     f"not name the valid range the way your function's own check would. {hint}")
         return str(error)
     except Exception as error:  # noqa: BLE001 - any other error is the learner's bug to read about
         diagnose(diagnosis, f"{situation}: expected a {error_type.__name__} with a clear message, "
@@ -250,6 +251,29 @@ from kata.toys import (  # noqa: E402,F401
     ToyModel,
     TupleBlock,
 )
+
+
+class CallOnlyTokenizer:
+    """A real tokenizer that can only be called (``tokenizer(text, ...)``), as the post does.
+
+    Everything else is the wrapped tokenizer's, except ``encode``, which raises an
+    ``AttributeError`` saying so: a test hands it to a function that must call the tokenizer
+    object itself.
+    """
+
+    ENCODE_MESSAGE = ("this tokenizer is to be called, tokenizer(text, return_tensors='pt'), "
+                      "not asked to encode")
+
+    def __init__(self, tokenizer):
+        self._tokenizer = tokenizer
+
+    def __call__(self, *args, **kwargs):
+        return self._tokenizer(*args, **kwargs)
+
+    def __getattr__(self, name):
+        if name == "encode":
+            raise AttributeError(self.ENCODE_MESSAGE)
+        return getattr(self._tokenizer, name)
 
 
 @pytest.fixture

@@ -289,7 +289,9 @@ class SubmissionResult:
         return all(r.done for r in self.core)
 
     def first_unfinished(self) -> ExerciseResult | None:
-        return next((r for r in self.exercises if not r.done), None)
+        """The first main exercise not done, else the first bonus not done, else None."""
+        return (next((r for r in self.core if not r.done), None)
+                or next((r for r in self.exercises if not r.done), None))
 
     def to_json(self) -> dict:
         return {"name": self.name, "points": self.points, "max_points": self.max_points,
