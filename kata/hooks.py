@@ -11,7 +11,7 @@ from __future__ import annotations
 from torch import nn
 
 # The dictionaries in which nn.Module keeps its forward hooks, keyed by the handle's id.
-_HOOK_DICTS = (
+HOOK_DICTS = (
     "_forward_pre_hooks",
     "_forward_pre_hooks_with_kwargs",
     "_forward_hooks",
@@ -40,7 +40,7 @@ def missing_hook_tables() -> list[str]:
     from torch.nn.modules import module as nn_module
 
     probe = nn.Identity()
-    missing = [name for name in _HOOK_DICTS if not isinstance(getattr(probe, name, None), dict)]
+    missing = [name for name in HOOK_DICTS if not isinstance(getattr(probe, name, None), dict)]
     return missing + [name for name in GLOBAL_HOOK_DICTS[:4]
                       if not isinstance(getattr(nn_module, name, None), dict)]
 
@@ -76,7 +76,7 @@ def restore_hooks(model: nn.Module, snapshot: HookSnapshot) -> list[str]:
     for name, module in model.named_modules():
         keep_pre, keep_post = snapshot.get(name, ((), ()))
         keep = set(keep_pre) | set(keep_post)
-        for attribute in _HOOK_DICTS:
+        for attribute in HOOK_DICTS:
             hooks = getattr(module, attribute, None)
             if not hooks:
                 continue

@@ -89,3 +89,28 @@ class TupleBlock(nn.Module):
 
     def forward(self, x):
         return (2 * x, self.extra)
+
+
+class CallOnlyTokenizer:
+    """A real tokenizer that can only be called (``tokenizer(text, ...)``), as the post does.
+
+    Everything else is the wrapped tokenizer's, except ``encode``, which raises an
+    ``AttributeError`` saying so: a test hands it to a function that must call the tokenizer
+    object itself.
+    """
+
+    ENCODE_MESSAGE = ("this tokenizer is to be called, tokenizer(text, return_tensors='pt'), "
+                      "not asked to encode")
+
+    def __init__(self, tokenizer):
+        self._tokenizer = tokenizer
+
+    def __call__(self, *args, **kwargs):
+        return self._tokenizer(*args, **kwargs)
+
+    def __getattr__(self, name):
+        if name == "encode":
+            raise AttributeError(self.ENCODE_MESSAGE)
+        if name.startswith("__") or name == "_tokenizer":  # copying and pickling look these up
+            raise AttributeError(name)
+        return getattr(self._tokenizer, name)

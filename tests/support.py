@@ -12,11 +12,11 @@ never from ``solutions/``.
 * first-dependency checks: :func:`learner_call` (a library error raised inside another of the
   learner's functions is reported as that function's fault);
 * reference computations: :func:`reference_hidden_states`, :func:`reference_raw_last_block`,
-  :func:`cosine_matrix`, :func:`computed_once`; and, from ``kata/reference.py``, :func:`reference_logits`, :func:`reference_log_probs`,
-  :func:`scaled_block_log_probs`;
+  :func:`cosine_matrix`, :func:`computed_once`; and, from ``kata/reference.py``,
+  :func:`reference_logits`, :func:`reference_log_probs`, :func:`scaled_block_log_probs`;
 * figures: :func:`drawn_points` (the points drawn on an axes, by any artist);
 * fake models: :class:`ToyBlock`, :class:`ToyModel`, :class:`TensorBlock`, :class:`TupleBlock`;
-  :class:`CallOnlyTokenizer` (a real tokenizer without ``encode``).
+  :class:`CallOnlyTokenizer` (a real tokenizer without ``encode``), all from ``kata/toys.py``.
 """
 
 from __future__ import annotations
@@ -245,35 +245,13 @@ def line_points(ax) -> list[np.ndarray]:
 # The fake models live in kata/toys.py: the grader sends them by value to the sandbox that runs the
 # learner's code, which must know their classes.
 from kata.toys import (  # noqa: E402,F401
+    CallOnlyTokenizer,
     TensorBlock,
     ToyBlock,
     ToyForwardError,
     ToyModel,
     TupleBlock,
 )
-
-
-class CallOnlyTokenizer:
-    """A real tokenizer that can only be called (``tokenizer(text, ...)``), as the post does.
-
-    Everything else is the wrapped tokenizer's, except ``encode``, which raises an
-    ``AttributeError`` saying so: a test hands it to a function that must call the tokenizer
-    object itself.
-    """
-
-    ENCODE_MESSAGE = ("this tokenizer is to be called, tokenizer(text, return_tensors='pt'), "
-                      "not asked to encode")
-
-    def __init__(self, tokenizer):
-        self._tokenizer = tokenizer
-
-    def __call__(self, *args, **kwargs):
-        return self._tokenizer(*args, **kwargs)
-
-    def __getattr__(self, name):
-        if name == "encode":
-            raise AttributeError(self.ENCODE_MESSAGE)
-        return getattr(self._tokenizer, name)
 
 
 @pytest.fixture

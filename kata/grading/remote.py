@@ -39,6 +39,7 @@ import sys
 import torch
 from torch import nn
 
+from kata.hooks import HOOK_DICTS
 from kata.remote.channel import Peer
 from kata.remote.codec import ChannelClosed, Codec, FrameError
 
@@ -158,9 +159,9 @@ def _pickled_without_hooks(module: nn.Module) -> bytes:
     callbacks) and without transformers' note that its own hooks are installed."""
     saved = []
     for sub in module.modules():
-        saved.append((sub, {name: getattr(sub, name) for name in _HOOK_TABLES},
+        saved.append((sub, {name: getattr(sub, name) for name in HOOK_DICTS},
                       sub.__dict__.pop("_output_capturing_hooks_installed", None)))
-        for name in _HOOK_TABLES:
+        for name in HOOK_DICTS:
             setattr(sub, name, collections.OrderedDict())
     try:
         return pickle.dumps(module)
@@ -172,8 +173,6 @@ def _pickled_without_hooks(module: nn.Module) -> bytes:
                 sub.__dict__["_output_capturing_hooks_installed"] = flag
 
 
-_HOOK_TABLES = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks",
-                "_forward_hooks_with_kwargs", "_forward_hooks_always_called")
 
 
 def _fingerprint(module: nn.Module) -> tuple:
@@ -210,12 +209,16 @@ class RemoteSession:
             raise RemoteError(self.broken)
         try:
             reply, data = self.peer.request(header, blobs)
-        except ChannelClosed:
+        except (ChannelClosed, BrokenPipeError):  # the learner's process is gone
             self.learner_gone()
         except (FrameError, OSError) as error:
             self.broken = (f"the grader could not read what your code sent back ({error}); "
                            "the rest of this exercise cannot be graded")
             raise RemoteError(self.broken) from None
+        if "machine_fault" in reply:
+            from kata.models import EnvironmentFault
+
+            raise EnvironmentFault(str(reply["machine_fault"])[:500])
         if "fault" in reply:
             raise RemoteError(f"your code's process could not answer the grader: "
                               f"{str(reply['fault'])[:300]}")
@@ -412,8 +415,7 @@ class TrustedCodec(Codec):
             return {"$obj": "tokenizer", "root": session.index.tokenizers[id(value)]}
         if isinstance(value, RemoteCallable):
             return {"$obj": "callable_ref", "cid": value.cid}
-        if type(value).__name__.endswith("TokenizerFast") or type(value).__name__.endswith(
-                "Tokenizer"):
+        if type(value).__name__.endswith(("Tokenizer", "TokenizerFast")):  # not a session's
             return {"$obj": "value_tokenizer", "blob": self._blob(pickle.dumps(value))}
         if callable(value) and not isinstance(value, type):
             cb = len(session.callbacks) + 1

@@ -324,6 +324,8 @@ def _watch(process: subprocess.Popen, reader: _EventReader, timeout: float,
 _FAULTHANDLER_FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
 
 
+#: What the learner's server writes once its models are loaded, before any learner file runs.
+LEARNER_READY = "kata-learner-ready"
 _LEARNER_ENDED = re.compile(r"^kata-learner-ended (\S+) (signal|code) (\d{1,3})$", re.M)
 
 
@@ -533,12 +535,19 @@ def _record_abnormal_end(result: RunResult, run: _Process, pending: list, root: 
                          impl: str, timeout: float) -> str | None:
     """Record the crash or timeout; return the exercise it happened in (None: before any test)."""
     timed_out = run.ended in ("timeout", "startup timeout")
+    environment = False
     outcome = Outcome.TIMED_OUT if timed_out else Outcome.CRASHED
     status = Status.TIMED_OUT if timed_out else Status.CRASHED
     if run.ended == "startup timeout":
         why = f"pytest did not start its first test within {max(STARTUP_SECONDS, timeout):g} s"
     elif timed_out:
         why = f"stopped after {timeout:g} s: an endless loop, or far too slow"
+    elif run.ended == "learner gone" and LEARNER_READY not in run.stderr:
+        # the learner's server never got as far as importing any learner file: the sandbox or
+        # the machine failed, not the learner (the exercise is an environment error)
+        why = ("the grader's sandbox did not start (the machine's fault, not yours; grade "
+               f"again): {run.stderr.strip()[-400:]}")
+        environment = True
     elif run.ended == "learner gone":
         code = learner_exit_status(run.stderr, pending[0].id) if len(pending) == 1 else None
         if code is None:
@@ -550,11 +559,20 @@ def _record_abnormal_end(result: RunResult, run: _Process, pending: list, root: 
     else:
         module = pending[0].module if run.warm and len(pending) == 1 else None
         why = _crash_description(run, root, impl, module)
+    if environment:
+        status = Status.ENVIRONMENT_ERROR
     culprit = run.running
     exercise = exercise_of_test(result, culprit) if culprit else run.last_exercise
     if culprit:
         test = next(t for t in result.tests if t.nodeid == culprit)
-        result.results[culprit] = TestRecord.placeholder(test, outcome, f"{outcome}: {why}")
+        record = TestRecord.placeholder(test, outcome, f"{outcome}: {why}")
+        if environment:
+            from dataclasses import replace
+
+            from .recorder import ENVIRONMENT_FAULT
+
+            record = replace(record, outcome=Outcome.ERROR, diagnosis=ENVIRONMENT_FAULT)
+        result.results[culprit] = record
     if exercise is None:  # it died before running any test of this run
         detail = why if timed_out else f"{why}\n{run.stderr.strip()[-800:]}"
         message = f"the test process {outcome} before any test ran: {detail}"

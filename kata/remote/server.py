@@ -47,6 +47,10 @@ FIRST_BLOCKS = "smollm2-first-4-blocks"
 MAX_MESSAGE_CHARS = 4000
 
 
+class MachineFault(Exception):
+    """A session model did not load here: the machine's fault, never the learner's."""
+
+
 class CallbackError(Exception):
     """A hook of the trusted side's test raised; ``token`` names its exception there."""
 
@@ -67,13 +71,20 @@ class Models:
         self._tokenizers: dict[int, str] = {}
 
     def load(self, name: str) -> None:
+        if name in self.loaded:
+            return
+        try:
+            self._load(name)
+        except Exception as error:  # noqa: BLE001 - a broken cache or device
+            raise MachineFault(f"loading the model {name} in the grader's sandbox failed: "
+                               f"{type(error).__name__}: {error}"[:500]) from error
+
+    def _load(self, name: str) -> None:
         import torch
 
         from kata.hooks import hook_snapshot
         from kata.models import first_blocks, load_model
 
-        if name in self.loaded:
-            return
         if name == FIRST_BLOCKS:
             self.load("smollm2")
             full, tokenizer, _ = self.loaded["smollm2"]
@@ -163,8 +174,13 @@ class Exercise:
         trusted side treats it as what it is: the exercise cannot be graded further)."""
         try:
             return self._serve(message, blobs)
+        except MachineFault as error:
+            return {"machine_fault": str(error)[:500]}, []
         except FrameError as error:
             return {"fault": str(error)[:500]}, []
+        except Exception as error:  # noqa: BLE001 - e.g. a value the trusted side sent that
+            # does not load here: the exercise cannot be graded further, the process goes on
+            return {"fault": f"{type(error).__name__}: {error}"[:500]}, []
 
     def _serve(self, message: dict, blobs: list) -> tuple[dict, list]:
         op = message.get("op")
@@ -534,6 +550,8 @@ def main(argv: list[str] | None = None) -> int:
     models = Models()
     models.preload()
     _no_dumping()
+    sys.stderr.write("kata-learner-ready\n")  # kata.grading.runner.LEARNER_READY
+    sys.stderr.flush()
     channels = []
     for spec in args.channel:
         _, rest = spec.split("=", 1)
