@@ -13,10 +13,15 @@ except _requirements.UnsupportedVersion as error:
 
 from .architectures import blocks, context_length, final_norm
 from .models import ModelNotAvailable, default_device, load_model
-from .texts import KAFKA_TEXT, PENGUIN_TEXT, TARGET_WORD
+from .texts import (CLEAN_ANSWER, CLEAN_PROMPT, CORRUPTED_ANSWER, CORRUPTED_PROMPT, KAFKA_TEXT,
+                    PENGUIN_TEXT, TARGET_WORD)
 from .validation import layer_index, one_sequence, token_id, token_index
 
 __all__ = [
+    "CLEAN_ANSWER",
+    "CLEAN_PROMPT",
+    "CORRUPTED_ANSWER",
+    "CORRUPTED_PROMPT",
     "KAFKA_TEXT",
     "PENGUIN_TEXT",
     "TARGET_WORD",
