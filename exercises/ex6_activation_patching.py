@@ -182,7 +182,8 @@ def plot_patching_effect(effect, tokens):
     (rotated 90 degrees), the rows ``"L0", "L1", ...``, the x axis "Position (token)", the y axis
     "Block", and add a colorbar labelled with what 0 and 1 mean.
 
-    It must stay legible for 30 blocks: about 0.25 inch per block tall.
+    It must stay legible for 30 blocks: about 0.25 inch per block tall (and at least 4 inches,
+    so that a model of a few blocks still has room for the colorbar's label).
 
     Returns the ``matplotlib.figure.Figure``.
 

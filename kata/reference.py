@@ -45,7 +45,8 @@ def scaled_block_log_probs(model, input_ids, target_id: int, factor: float) -> t
 
 
 def block_outputs(model, input_ids, requires_grad: bool = False):
-    """Every block's output for one text: a list of ``n_layers`` tensors ``(T, d_model)``.
+    """Every block's output for one text: a list of ``n_layers`` tensors ``(T, d_model)``
+    (``(1, T, d_model)``, the model's own tensors, with ``requires_grad``).
 
     Caught by forward hooks (removed before returning). Without ``requires_grad`` the run is under
     ``no_grad`` and the tensors are float32 CPU copies; with it, the run records autograd and the
@@ -54,8 +55,8 @@ def block_outputs(model, input_ids, requires_grad: bool = False):
     """
     caught = []
 
-    def catch(module, inputs, output):
-        caught.append(block_hidden(output)[0])
+    def catch(module, inputs, output):  # the whole (1, T, d_model) tensor: the graph uses it
+        caught.append(block_hidden(output))
 
     def leaf(module, inputs, output):  # gradients start here, whatever the parameters say
         return output.detach().requires_grad_(True)
@@ -72,7 +73,7 @@ def block_outputs(model, input_ids, requires_grad: bool = False):
             handle.remove()
     if requires_grad:
         return caught, logits
-    return [h.detach().float().cpu() for h in caught]
+    return [h[0].detach().float().cpu() for h in caught]
 
 
 def logit_difference_of(logits: torch.Tensor, good_id: int, bad_id: int) -> torch.Tensor:
@@ -145,6 +146,6 @@ def attribution_reference(model, clean_ids, corrupted_ids, good_id: int, bad_id:
     outputs, logits = block_outputs(model, corrupted_ids if run == "corrupted" else clean_ids,
                                     requires_grad=True)
     grads = torch.autograd.grad(logit_difference_of(logits, good_id, bad_id), outputs)
-    rows = [((c - k).double() * g.detach().double().cpu()).sum(-1)
+    rows = [((c - k).double() * g[0].detach().double().cpu()).sum(-1)
             for c, k, g in zip(clean_outputs, corrupted_outputs, grads)]
     return torch.stack(rows) / (clean - corrupted)

@@ -295,7 +295,8 @@ def plot_patching_effect(effect, tokens):
     (rotated 90 degrees), the rows ``"L0", "L1", ...``, the x axis "Position (token)", the y axis
     "Block", and add a colorbar labelled with what 0 and 1 mean.
 
-    It must stay legible for 30 blocks: about 0.25 inch per block tall.
+    It must stay legible for 30 blocks: about 0.25 inch per block tall (and at least 4 inches,
+    so that a model of a few blocks still has room for the colorbar's label).
 
     Returns the ``matplotlib.figure.Figure``.
 
@@ -313,7 +314,7 @@ def plot_patching_effect(effect, tokens):
     effect = torch.as_tensor(effect).detach().float().cpu()
     n_layers, n_tokens = effect.shape
     limit = max(1.0, float(effect.abs().max()))
-    fig, ax = plt.subplots(figsize=(1.5 + 0.6 * n_tokens, 1.5 + 0.25 * n_layers))
+    fig, ax = plt.subplots(figsize=(2 + 0.6 * n_tokens, max(4.0, 1.5 + 0.25 * n_layers)))
     image = ax.imshow(effect.numpy(), cmap="RdBu_r", vmin=-limit, vmax=limit, origin="lower",
                       aspect="auto")
     ax.set_xticks(range(n_tokens), list(tokens), rotation=90)
@@ -321,6 +322,6 @@ def plot_patching_effect(effect, tokens):
     ax.set_xlabel("Position (token)")
     ax.set_ylabel("Block")
     ax.set_title("Clean answer restored by patching one hidden state")
-    fig.colorbar(image, ax=ax, label="restored (0 = corrupted run, 1 = clean run)")
+    fig.colorbar(image, ax=ax, label="restored: 0 corrupted, 1 clean")
     fig.tight_layout()
     return fig

@@ -145,6 +145,20 @@ def _figure14(f, inputs):
     return f.plot_patching_effect(f.fast_patching_effect(inputs.model, *args), labels)
 
 
+def _figure15(f, inputs):
+    args, labels = patching_inputs(inputs)
+    # The exact map comes from the reference, so that figure 15 depends on exercise 7 alone.
+    exact = _patching_map(inputs, args)
+    return f.plot_estimate_against_exact(exact, f.attribution_patching(inputs.model, *args), labels)
+
+
+def _patching_map(inputs, args):
+    """Exercise 6's exact map for the figure 15 drawing, computed by kata/reference.py."""
+    from kata.reference import patching_reference
+
+    return patching_reference(inputs.model, *args)["effect"].float()
+
+
 DRAWINGS: dict[str, Callable] = {  # recipe -> draw(module, inputs) -> a Figure or text
     "fig06": _figure6,
     "fig07": _figure7,
@@ -155,6 +169,7 @@ DRAWINGS: dict[str, Callable] = {  # recipe -> draw(module, inputs) -> a Figure 
     "fig12": _figure12,
     "fig13": _figure13,
     "fig14": _figure14,
+    "fig15": _figure15,
 }
 
 

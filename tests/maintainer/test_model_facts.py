@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import kata
-from kata.reference import patching_reference
+from kata.reference import attribution_reference, patching_reference
 from tests.support import (
     computed_once, cosine_matrix, reference_hidden_states, reference_log_probs,
     scaled_block_log_probs,
@@ -114,3 +114,19 @@ def test_the_patching_map_keeps_paris_at_the_subject_then_at_the_last_token(smol
     others[:, [2, 3, 6, 9]] = 0
     others[0, 1] = 0
     assert others.abs().max() < 0.08, others
+
+
+def test_attribution_patching_against_the_exact_map(smollm2):
+    """Exercise 7's docstrings and figure 15's expectation."""
+    model, tokenizer = smollm2
+    exact = patching_facts(model, tokenizer)["effect"]
+    estimate = attribution_reference(model, *patching_pair(tokenizer))
+    r = torch.corrcoef(torch.stack([exact.flatten(), estimate.flatten()]))[0, 1]
+    assert abs(r - 0.59) < 0.01, r
+    large = exact.abs() > 0.2
+    assert int(large.sum()) == 60 and int(((exact.sign() == estimate.sign()) & large).sum()) == 49
+    assert abs(estimate[0, 2] + 0.77) < 0.01 and abs(exact[0, 2] - 0.70) < 0.01
+    assert -0.38 < estimate[2:6, 2].min() and estimate[2:6, 2].max() < 0
+    assert 0.15 < estimate[6:23, 2].min() and estimate[6:23, 2].max() < 0.38, estimate[:, 2]
+    assert 0.46 < estimate[23:29, -1].min() and estimate[23:29, -1].max() < 0.67, estimate[:, -1]
+    assert abs(estimate[-1, -1] - 0.78) < 0.01
