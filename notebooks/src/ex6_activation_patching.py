@@ -37,8 +37,8 @@ print("clean:    ", [tokenizer.decode([i]) for i in clean_ids[0]])
 print("corrupted:", [tokenizer.decode([i]) for i in corrupted_ids[0]])
 with torch.no_grad():
     clean_logits, corrupted_logits = model(clean_ids).logits[0], model(corrupted_ids).logits[0]
-print("metric on the clean prompt:    ", float(ex.logit_difference(clean_logits, good_id, bad_id)))
-print("metric on the corrupted prompt:", float(ex.logit_difference(corrupted_logits, good_id, bad_id)))
+print("metric on the clean prompt:    ", ex.logit_difference(clean_logits, good_id, bad_id).item())
+print("metric on the corrupted prompt:", ex.logit_difference(corrupted_logits, good_id, bad_id).item())
 expect(
     gpt2="11 tokens each; the clean metric positive, the corrupted one negative.",
     smollm2="10 tokens each; 4.81 on the clean prompt, -9.06 on the corrupted one.",
@@ -60,7 +60,7 @@ print(f"fast_patching_effect: {time.perf_counter() - started:.1f} s, shape {tupl
 started = time.perf_counter()
 slow = ex.patching_effect(model, clean_ids, corrupted_ids, good_id, bad_id)
 print(f"patching_effect:      {time.perf_counter() - started:.1f} s; largest difference "
-      f"{float((slow - effect).abs().max()):.1e}")
+      f"{(slow - effect).abs().max().item():.1e}")
 expect(
     smollm2="The loop takes several times longer; the largest difference is below 1e-4.",
 )
