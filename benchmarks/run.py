@@ -130,6 +130,9 @@ def patching_rows(runs: int) -> list[tuple[str, str, str]]:
         fast_times.append(fast_seconds)
         attribution_times.append(seconds(lambda: attribution_patching(*args))[0])
         pass_times.append(seconds(forward_backward)[0])
+        print(f"  patching: loop {slow_seconds:.1f} s, one pass {fast_seconds:.1f} s, attribution "
+              f"{attribution_times[-1]:.2f} s, forward and backward {pass_times[-1]:.2f} s",
+              file=sys.stderr, flush=True)
     slow_s, fast_s = statistics.median(slow_times), statistics.median(fast_times)
     attribution_s, pass_s = statistics.median(attribution_times), statistics.median(pass_times)
     loop_gflop, fast_gflop = patching_flops(model, clean.shape[1])
