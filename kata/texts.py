@@ -27,3 +27,14 @@ def figure6_token(tokens: list[str]) -> int:
     if FIGURE6_TOKEN.strip() in stripped:
         return stripped.index(FIGURE6_TOKEN.strip())
     return max(len(tokens) - 2, 0)
+
+
+#: Exercises 6 and 7 (activation and attribution patching): two prompts of the same length that
+#: differ only in the landmark, and the two answers the metric compares. 10 SmolLM2 tokens each,
+#: 11 GPT-2 tokens each (``The``, `` E``, ``iffel``, `` Tower`` against ``The``, `` Col``,
+#: ``osse``, ``um`` on SmolLM2, then `` is located in the city of``).
+CLEAN_PROMPT = "The Eiffel Tower is located in the city of"
+CORRUPTED_PROMPT = "The Colosseum is located in the city of"
+#: The clean prompt's answer and the corrupted prompt's (one token each, with the leading space).
+CLEAN_ANSWER = " Paris"
+CORRUPTED_ANSWER = " Rome"
