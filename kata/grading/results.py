@@ -29,7 +29,7 @@ from kata.manifest import Exercise
 
 from .records import ExerciseResult, Outcome, Status, SubmissionResult, TestRecord
 
-__all__ = ["ExerciseResult", "SubmissionResult", "exercise_status", "summarize"]
+__all__ = ["ExerciseResult", "SubmissionResult", "exercise_status", "root_failure", "summarize"]
 
 #: Test outcomes that decide the whole exercise's status, in the order they take precedence.
 _FATAL_OUTCOMES = {Outcome.TIMED_OUT: Status.TIMED_OUT, Outcome.CRASHED: Status.CRASHED}
@@ -66,6 +66,27 @@ def exercise_status(tests: Sequence[TestRecord]) -> tuple[Status, str]:
         return Status.NOT_STARTED, ""
     failure = next(t for t in counted if not t.passed)
     return (Status.IN_PROGRESS if passed else Status.FAILING), _why(failure)
+
+
+def root_failure(row: ExerciseResult) -> TestRecord | None:
+    """The failure that names the exercise's root mistake, or None when no failure names one.
+
+    When several tests of one exercise fail, the first one often reports a symptom: a hook that
+    returns nothing first fails a test that checks the scaled values. The root is the diagnosis
+    that explains the most failures (the most failing tests name it; a tie goes to the one met
+    first), and this returns the first failing test that names it. Untouched stubs, import
+    errors and tests that never ran are not mistakes and never count.
+    """
+    named = [t for t in row.counted if not t.passed and t.diagnosis and not t.stub
+             and not t.import_error and t.outcome is not Outcome.NOT_RUN]
+    if not named:
+        return None
+    counts: dict[str, int] = {}
+    for test in named:
+        counts[test.diagnosis] = counts.get(test.diagnosis, 0) + 1
+    best = max(counts.values())
+    root = next(t.diagnosis for t in named if counts[t.diagnosis] == best)
+    return next(t for t in named if t.diagnosis == root)
 
 
 def summarize(exercises: list[Exercise], run, missing: dict[str, str] | None = None,

@@ -139,25 +139,48 @@ def _from_json(results: list[SubmissionResult]) -> list[SubmissionResult]:
     return [SubmissionResult.from_json(d, EXERCISES) for d in data]
 
 
+def _reached(test: dict) -> bool:
+    return (test["outcome"] not in ("skipped", "not run") and not test["stub"]
+            and not test["import_error"])
+
+
+def _root(row: dict) -> str | None:
+    """The root diagnosis of one exercise, straight from the JSON: the most frequent diagnosis
+    among its reached failures, a tie going to the first met."""
+    named = [t["diagnosis"] for t in row["tests"]
+             if t["outcome"] != "passed" and t["diagnosis"] and _reached(t)]
+    counts = Counter(named)
+    return max(named, key=lambda d: (counts[d], -named.index(d))) if named else None
+
+
 def _expected_numbers(data: list[dict]) -> dict:
     """The report's numbers computed straight from the JSON dicts (not from the records)."""
     statuses = {e.id: Counter() for e in EXERCISES}
-    ran, passed = Counter(), Counter()
-    diagnosis_tests, diagnosis_learners = Counter(), {}
+    ran, passed, apart = Counter(), Counter(), {}
+    diagnosis_tests, diagnosis_learners, roots = Counter(), {}, {}
     for submission in data:
         for row in submission["exercises"]:
             statuses[row["id"]][row["status"]] += 1
+            root = _root(row)
+            if root:
+                roots.setdefault(root, set()).add(submission["name"])
             for test in row["tests"]:
-                if test["outcome"] == "skipped":
+                kind = ("skipped" if test["outcome"] == "skipped" else
+                        "not_run" if test["outcome"] == "not run" else
+                        "not_started" if not _reached(test) else None)
+                apart.setdefault(test["nodeid"], Counter())[kind] += kind is not None
+                if kind == "skipped":
                     continue
-                ran[test["nodeid"]] += 1
-                passed[test["nodeid"]] += test["outcome"] == "passed"
                 if test["outcome"] != "passed" and test["diagnosis"]:
                     diagnosis_tests[test["diagnosis"]] += 1
                     diagnosis_learners.setdefault(test["diagnosis"], set()).add(submission["name"])
-    return {"statuses": statuses, "ran": ran, "passed": passed,
+                if kind is None:
+                    ran[test["nodeid"]] += 1
+                    passed[test["nodeid"]] += test["outcome"] == "passed"
+    return {"statuses": statuses, "ran": ran, "passed": passed, "apart": apart,
             "diagnosis_tests": diagnosis_tests,
-            "diagnosis_learners": {k: len(v) for k, v in diagnosis_learners.items()}}
+            "diagnosis_learners": {k: len(v) for k, v in diagnosis_learners.items()},
+            "roots": {k: len(v) for k, v in roots.items()}}
 
 
 # --------------------------------------------------------------------------- the class report
@@ -181,33 +204,47 @@ def test_report_numbers_match_the_json(report):
     page, data = report["page"], report["json"]
     expected = _expected_numbers(data)
     learners = page.having("tr", "data-main")
-    assert [row["data-name"] for row in learners] == [s["name"] for s in data]
-    for row, submission in zip(learners, data):
+    assert sorted(row["data-name"] for row in learners) == sorted(s["name"] for s in data)
+    by_name = {s["name"]: s for s in data}
+    for row in learners:
+        submission = by_name[row["data-name"]]
         assert float(row["data-main"]) == submission["main_points"]
         assert float(row["data-bonus"]) == submission["bonus_points"]
         assert float(row["data-points"]) == submission["points"]
         assert row["data-all-done"] == str(submission["all_done"])
+    mains = [float(row["data-main"]) for row in learners]
+    assert mains == sorted(mains, reverse=True), "the learners come highest score first"
+    for order in ("status", "name"):  # the folded copies list every learner once
+        [table] = [a for t, a in page.elements if t == "table" and a.get("data-order") == order]
+    alternates = [a["data-name"] for a in page.having("tr", "data-name")
+                  if a.get("class") == "learner-alt"]
+    assert sorted(alternates) == sorted(2 * [s["name"] for s in data])
 
-    status_cells = {}
-    exercise = None
-    for tag, attrs in page.elements:
-        if tag == "tr" and "data-exercise" in attrs:
-            exercise = attrs["data-exercise"]
-        elif tag == "td" and "data-status" in attrs and "data-exercise" not in attrs:
-            status_cells[exercise, attrs["data-status"]] = None
     numbers = page.data()
     for exercise_id, counts in expected["statuses"].items():
         assert numbers["status_counts"][exercise_id] == dict(counts)
         assert sum(counts.values()) == len(data)
+    segments = page.having("rect", "data-status")
+    for segment in segments:
+        assert int(segment["data-count"]) == expected["statuses"][segment["data-exercise"]][
+            segment["data-status"]]
+    assert sum(int(s["data-count"]) for s in segments) == len(data) * len(EXERCISES)
 
     rows = page.having("tr", "data-nodeid")
     tests = [r for r in rows if "data-ran" in r]
-    assert {r["data-nodeid"] for r in tests} == set(expected["ran"])
+    assert {r["data-nodeid"] for r in tests} == set(expected["apart"])
     for row in tests:
-        assert int(row["data-ran"]) == expected["ran"][row["data-nodeid"]]
-        assert int(row["data-passed"]) == expected["passed"][row["data-nodeid"]]
-    rates = [int(r["data-passed"]) / int(r["data-ran"]) for r in tests]
+        nodeid = row["data-nodeid"]
+        assert int(row["data-ran"]) == expected["ran"][nodeid]
+        assert int(row["data-passed"]) == expected["passed"][nodeid]
+        for key in ("skipped", "not_run", "not_started"):
+            assert int(row[f"data-{key.replace('_', '-')}"]) == expected["apart"][nodeid][key]
+    reached = [r for r in tests if int(r["data-ran"])]
+    rates = [int(r["data-passed"]) / int(r["data-ran"]) for r in reached]
     assert rates == sorted(rates), "tests are listed hardest first"
+    assert tests[:len(reached)] == reached, "tests that nobody reached come last"
+    gpt2_only = [r for r in tests if r["data-nodeid"].endswith("test_needs_gpt2")]
+    assert gpt2_only and all(r["data-ran"] == "0" for r in gpt2_only)
 
     diagnoses = page.having("tr", "data-diagnosis")
     assert {d["data-diagnosis"] for d in diagnoses} == set(expected["diagnosis_tests"])
@@ -216,15 +253,25 @@ def test_report_numbers_match_the_json(report):
         learners_with = expected["diagnosis_learners"][row["data-diagnosis"]]
         assert int(row["data-learners"]) == learners_with
         assert float(row["data-share"]) == pytest.approx(learners_with / len(data), abs=1e-4)
+        assert int(row["data-roots"]) == expected["roots"].get(row["data-diagnosis"], 0)
     shares = [int(r["data-learners"]) for r in diagnoses]
     assert shares == sorted(shares, reverse=True), "the most frequent mistakes come first"
     for entry in numbers["diagnoses"]:
         assert entry["example"] and entry["id"] in entry["example"]
 
+    teach = page.having("li", "data-diagnosis")
+    ranked = sorted(expected["roots"].values(), reverse=True)
+    assert [int(t["data-learners"]) for t in teach] == ranked[:3]
+    for item in teach:
+        assert int(item["data-learners"]) == expected["roots"][item["data-diagnosis"]]
+    assert [t["id"] for t in numbers["teach_next"]] == [t["data-diagnosis"] for t in teach]
+
     bins = page.having("rect", "data-bin")
     maximum = data[0]["max_points"]
     histogram = Counter(score_bin(s["main_points"], maximum) for s in data)
+    assert len(bins) == 11 and bins[-1]["data-label"] == "100%"
     assert [int(b["data-count"]) for b in bins] == [histogram[i] for i in range(len(bins))]
+    assert int(bins[-1]["data-count"]) == sum(s["main_points"] == maximum for s in data) > 0
     summary = page.having("p", "data-learners")[0]
     assert int(summary["data-learners"]) == len(data)
     assert int(summary["data-all-done"]) == sum(s["all_done"] for s in data)
@@ -243,10 +290,19 @@ def test_every_learner_with_a_failure_has_an_anchor(report):
     assert [s["data-name"] for s in sections] == [r.name for r in unfinished]
     failures = [f for f in page.having("tr", "data-nodeid") if "data-ran" not in f]
     stubs = sum(int(row["data-stubs"]) for row in page.having("tr", "data-stubs"))
+    not_run = [r for r in page.having("tr", "data-not-run") if r.get("class") == "not-run"]
     failing = [t for r in report["results"] for row in r.exercises for t in row.counted
                if not t.passed]
-    assert len(failures) == sum(not t.stub for t in failing)
+    assert len(failures) == sum(not t.stub and t.outcome is not Outcome.NOT_RUN
+                                for t in failing)
     assert stubs == sum(t.stub for t in failing) > 0
+    # a time-out is one row of its own and one line for the tests after it, not one per test
+    timed_out = [row for r in report["results"] for row in r.exercises
+                 if row.status is Status.TIMED_OUT
+                 and any(t.outcome is Outcome.NOT_RUN for t in row.tests)]
+    assert len(not_run) == len(timed_out) > 0
+    assert sum(int(r["data-not-run"]) for r in not_run) == sum(
+        t.outcome is Outcome.NOT_RUN for t in failing)
 
 
 def test_the_report_is_self_contained_and_escapes_what_learners_control(report):
