@@ -225,9 +225,10 @@ def test_csv_has_one_row_per_submission(batch):
     assert sorted(r["name"] for r in rows) == sorted(batch["submissions"])
     correct = next(r for r in rows if r["name"] == "correct")
     assert correct["all_done"] == "True"
-    assert (float(correct["total"]), float(correct["max"])) == (ALL_POINTS, CORE_POINTS)
-    assert (float(correct["main"]), float(correct["bonus"])) == (CORE_POINTS,
-                                                                 ALL_POINTS - CORE_POINTS)
+    assert "total" not in correct, "no column mixes the main part and the bonus"
+    assert (float(correct["main"]), float(correct["max"])) == (CORE_POINTS, CORE_POINTS)
+    assert (float(correct["bonus"]), float(correct["bonus_max"])) == (ALL_POINTS - CORE_POINTS,
+                                                                      ALL_POINTS - CORE_POINTS)
     assert all(f"{e.id}_status" in rows[0] for e in EXERCISES)
 
 
