@@ -197,8 +197,15 @@ def _unfinished(result: SubmissionResult) -> bool:
     return any(not row.done for row in result.exercises) or bool(_failures(result))
 
 
-def anonymised(message: str, name: str) -> str:
+def _diagnosis(test: TestRecord) -> str | None:
+    """The test's diagnosis id, validated again here: a record is validated when it is read
+    (:class:`~kata.grading.records.TestRecord`), and the summary must not depend on it."""
+    return sanitize.diagnosis_id(test.diagnosis)
+
+
+def anonymised(message, name: str) -> str:
     """``message`` without the learner's name in it (paths may hold the submission's name)."""
+    message = sanitize.bounded(message)
     if name and len(name) >= 3:
         message = message.replace(name, "<learner>")
     return message
@@ -256,24 +263,26 @@ def summarize_class(results: Sequence[SubmissionResult],
     root_examples: dict[str, str] = {}
     for index, result in enumerate(results):
         for exercise_id, test in _failures(result):
-            if not test.diagnosis:
+            diagnosis = _diagnosis(test)
+            if not diagnosis:
                 undiagnosed += reached(test)
                 continue
-            counts[test.diagnosis] += 1
-            learners.setdefault(test.diagnosis, set()).add(index)
-            examples.setdefault(test.diagnosis, anonymised(test.message, result.name))
-            places = where.setdefault(test.diagnosis, [])
+            counts[diagnosis] += 1
+            learners.setdefault(diagnosis, set()).add(index)
+            examples.setdefault(diagnosis, anonymised(test.message, result.name))
+            places = where.setdefault(diagnosis, [])
             if exercise_id not in places:
                 places.append(exercise_id)
         for row in result.exercises:
             root = root_failure(row)
             if root is None:
                 continue
-            root_learners.setdefault(root.diagnosis, set()).add(index)
-            root_explained[root.diagnosis] += sum(t.diagnosis == root.diagnosis
-                                                  for t in row.counted if not t.passed)
-            root_examples.setdefault(root.diagnosis, anonymised(root.message, result.name))
-            places = root_where.setdefault(root.diagnosis, [])
+            diagnosis = _diagnosis(root)
+            root_learners.setdefault(diagnosis, set()).add(index)
+            root_explained[diagnosis] += sum(_diagnosis(t) == diagnosis
+                                             for t in row.counted if not t.passed)
+            root_examples.setdefault(diagnosis, anonymised(root.message, result.name))
+            places = root_where.setdefault(diagnosis, [])
             if row.exercise.id not in places:
                 places.append(row.exercise.id)
     first_seen = {d: i for i, d in enumerate(examples)}
@@ -296,15 +305,16 @@ def summarize_class(results: Sequence[SubmissionResult],
 
 
 def _e(value) -> str:
-    return html.escape(str(value), quote=True)
+    """Escaped for HTML, without control characters (invalid in HTML; a name may hold them)."""
+    return html.escape(sanitize.terminal(value), quote=True)
 
 
 def _n(value: float) -> str:
     return f"{value:g}"
 
 
-def _short(text: str, limit: int = MESSAGE_CHARS) -> str:
-    text = text.strip()
+def _short(text, limit: int = MESSAGE_CHARS) -> str:
+    text = sanitize.bounded(text).strip()
     return text if len(text) <= limit else text[:limit] + " ..."
 
 
@@ -592,8 +602,8 @@ def _learner_sections(results: Sequence[SubmissionResult]) -> str:
             if row.done and not failures:
                 continue
             root = root_failure(row)
-            root_note = (f' <span class="muted">root mistake:</span> <code>{_e(root.diagnosis)}'
-                         "</code>" if root is not None else "")
+            root_note = (f' <span class="muted">root mistake:</span> <code>'
+                         f'{_e(_diagnosis(root))}</code>' if root is not None else "")
             items.append(f'<tr class="exercise-row" data-exercise="{_e(row.exercise.id)}">'
                          f'<td>{_e(row.exercise.id)}</td><td colspan="3">'
                          f"{_status_cell(row.status)} {_e(_short(row.message, 300))}"
@@ -604,7 +614,7 @@ def _learner_sections(results: Sequence[SubmissionResult]) -> str:
             for test in failures:
                 if not reached(test):
                     continue
-                diagnosis = f"<code>{_e(test.diagnosis)}</code>" if test.diagnosis else ""
+                diagnosis = f"<code>{_e(_diagnosis(test))}</code>" if test.diagnosis else ""
                 items.append(f'<tr class="failure" data-nodeid="{_e(test.nodeid)}"><td></td>'
                              f"<td>{_e(test.name)}<br><span class=\"muted\">"
                              f"{_e(test.outcome.value)}</span></td><td>{diagnosis}</td>"

@@ -127,10 +127,12 @@ def next_step(result: SubmissionResult, hint_levels: dict[str, dict[str, int]],
         lines.append(f"  {row.status}:")
         lines.append(_indent(row.message))
     elif failure is not first:  # the root mistake is not what the first failing test shows
-        explained = sum(t.diagnosis == failure.diagnosis for t in row.counted if not t.passed)
+        root = sanitize.diagnosis_id(failure.diagnosis)
+        explained = sum(sanitize.diagnosis_id(t.diagnosis) == root
+                        for t in row.counted if not t.passed)
         failing = sum(not t.passed for t in row.counted)
         lines.append(f"  the mistake behind most failures ({explained} of {failing} failing "
-                     f"tests): {failure.diagnosis}, as {failure.name} says ({exercise.tests})")
+                     f"tests): {root}, as {failure.name} says ({exercise.tests})")
         lines.append(_indent(failure.message or failure.outcome))
     else:
         lines.append(f"  first failing test: {failure.name} ({exercise.tests})")
@@ -313,7 +315,7 @@ def gradescope_results(result: SubmissionResult) -> dict:
                 "visibility": "visible", **extra,
             }
             if test.diagnosis:
-                entry["extra_data"] = {"diagnosis": test.diagnosis}
+                entry["extra_data"] = {"diagnosis": sanitize.diagnosis_id(test.diagnosis)}
             tests.append(entry)
         if not row.counted:  # no test ran: one entry says why, worth the whole exercise
             tests.append({"name": f"{label}: {row.status}{suffix}",

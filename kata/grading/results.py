@@ -27,6 +27,8 @@ from collections.abc import Sequence
 
 from kata.manifest import Exercise
 
+from .sanitize import diagnosis_id
+
 from .records import ExerciseResult, Outcome, Status, SubmissionResult, TestRecord
 
 __all__ = ["ExerciseResult", "SubmissionResult", "exercise_status", "root_failure", "summarize"]
@@ -77,16 +79,16 @@ def root_failure(row: ExerciseResult) -> TestRecord | None:
     first), and this returns the first failing test that names it. Untouched stubs, import
     errors and tests that never ran are not mistakes and never count.
     """
-    named = [t for t in row.counted if not t.passed and t.diagnosis and not t.stub
-             and not t.import_error and t.outcome is not Outcome.NOT_RUN]
+    named = [(diagnosis_id(t.diagnosis), t) for t in row.counted
+             if not t.passed and t.diagnosis and not t.stub and not t.import_error
+             and t.outcome is not Outcome.NOT_RUN]
     if not named:
         return None
     counts: dict[str, int] = {}
-    for test in named:
-        counts[test.diagnosis] = counts.get(test.diagnosis, 0) + 1
+    for diagnosis, _ in named:
+        counts[diagnosis] = counts.get(diagnosis, 0) + 1
     best = max(counts.values())
-    root = next(t.diagnosis for t in named if counts[t.diagnosis] == best)
-    return next(t for t in named if t.diagnosis == root)
+    return next(t for diagnosis, t in named if counts[diagnosis] == best)
 
 
 def summarize(exercises: list[Exercise], run, missing: dict[str, str] | None = None,
