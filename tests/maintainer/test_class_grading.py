@@ -454,6 +454,34 @@ def test_the_report_renders_in_headless_chromium(report, tmp_path):
     assert colours[blue] > 50, "the score histogram is not drawn"
 
 
+def test_the_page_reads_top_down(report):
+    """Summary, teach next and the learners first; plots, diagnoses and pass rates after."""
+    text = report["text"]
+    body = text[text.index("<body>"):]
+    order = ['id="summary"', 'id="teach-next"', 'id="learners-table"', 'id="score-histogram"',
+             'id="status-table"', 'id="diagnoses-table"', 'id="tests-table"',
+             'class="learner-failures"']
+    positions = [body.index(marker) for marker in order]
+    assert positions == sorted(positions), order
+
+
+def test_the_first_screen_shows_the_summary_teach_next_and_the_learners(report, tmp_path):
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("Chromium is not installed (Debian: apt-get install chromium); the order "
+                    "of the page is still checked by parsing")
+    screenshot = tmp_path / "first-screen.png"
+    subprocess.run(
+        [browser, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
+         f"--screenshot={screenshot}", "--window-size=1400,1000",
+         report["path"].resolve().as_uri()], capture_output=True, text=True, timeout=120)
+    assert screenshot.is_file()
+    _, _, rows = _png_pixels(screenshot)
+    colours = Counter(row[i:i + 3] for row in rows[::2] for i in range(0, len(row), 6))
+    assert colours[bytes.fromhex("00838f")] > 20, "teach next is not on the first screen"
+    assert colours[bytes.fromhex("2e7d32")] > 20, "the learners' status chips are not on it"
+
+
 # --------------------------------------------------------------------------- GitHub Classroom
 
 
