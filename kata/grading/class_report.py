@@ -431,6 +431,7 @@ th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: ta
 .status { padding: 0 5px; border-radius: 3px; white-space: nowrap; }
 pre { white-space: pre-wrap; margin: 0; font-size: 0.88em; max-width: 640px; }
 .muted { color: #777; } .plots { display: flex; flex-wrap: wrap; gap: 24px; }
+td[data-exercise] { white-space: nowrap; }
 ol.teach { margin: 0.3em 0; padding-left: 1.6em; border-left: 6px solid #00838f; }
 ol.teach li { margin: 0.25em 0; }
 ol.teach pre { color: #444; max-width: 1000px; max-height: 2.6em; overflow: hidden; }

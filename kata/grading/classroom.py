@@ -113,15 +113,19 @@ def reporter_result(row: ExerciseResult) -> dict:
     exercise = row.exercise
     maximum = 0 if exercise.bonus else exercise.points
     counted = row.counted
-    share = exercise.points / len(counted) if counted else 0.0
     tests = []
+    earned = 0  # passing tests so far: the k-th earns round(points * k / n, 2) minus the last
     for test in counted:
         passed = test.passed and not row.void
         message = (f"{row.status}: {row.message}" if row.void
                    else "" if passed else test.message or test.outcome.value)
+        score = 0
+        if passed and maximum:
+            earned += 1
+            score = round(round(exercise.points * earned / len(counted), 2)
+                          - round(exercise.points * (earned - 1) / len(counted), 2), 2)
         tests.append({"name": f"{exercise.id}: {test.name}",
-                      "status": "pass" if passed else "fail",
-                      "score": round(share, 4) if passed and maximum else 0,
+                      "status": "pass" if passed else "fail", "score": score,
                       "message": sanitize.bounded(message, RESULT_MESSAGE_CHARS)})
     if not tests:  # nothing ran (the file does not import, or every test skipped)
         tests.append({"name": f"{exercise.id}: {row.status}",
@@ -208,6 +212,8 @@ def workflow_yaml(exercises: Sequence[Exercise]) -> str:
         f"            {VENV}",
         f"            {MODEL_CACHE}",
         f"          key: {_q(key)}",
+        "      - name: Make sure pip's cache folder exists (setup-python saves it at the end)",
+        "        run: mkdir -p \"$(python -m pip cache dir)\"",
         "      - name: Install CPU torch, the kata and SmolLM2 (first push only)",
         "        if: steps.kata-cache.outputs.cache-hit != 'true'",
         "        run: |",

@@ -145,10 +145,11 @@ def _reached(test: dict) -> bool:
 
 
 def _root(row: dict) -> str | None:
-    """The root diagnosis of one exercise, straight from the JSON: the most frequent diagnosis
-    among its reached failures, a tie going to the first met."""
+    """The root diagnosis of one exercise, straight from the JSON: the most frequent specific
+    diagnosis (not ``*-wrong``) among its reached failures, a tie going to the first met."""
     named = [t["diagnosis"] for t in row["tests"]
              if t["outcome"] != "passed" and t["diagnosis"] and _reached(t)]
+    named = [d for d in named if not d.endswith("-wrong") and d != "hook-does-not-scale"] or named
     counts = Counter(named)
     return max(named, key=lambda d: (counts[d], -named.index(d))) if named else None
 
