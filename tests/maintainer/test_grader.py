@@ -239,7 +239,7 @@ def test_gradescope_file_per_submission(batch):
         assert {t["status"] for t in data["tests"]} <= {"passed", "failed"}
         keys = {"name", "score", "max_score", "status", "output", "visibility"}
         assert all(keys <= set(test) for test in data["tests"])
-        core_max = sum(t["max_score"] for t in data["tests"])
+        core_max = sum(t["max_score"] for t in data["tests"] if "extra credit" not in t["name"])
         assert core_max == pytest.approx(submission.max_points, abs=0.01)
         assert {"torch", "transformers", "device", "models"} <= set(data["extra_data"])
     skipped = json.loads((batch["out"] / "gradescope" / "correct.json").read_text())
@@ -403,7 +403,11 @@ def test_bonus_points_are_extra_credit(toy):
     assert result.all_done  # an unfinished bonus does not stop "all done"
     assert result.max_points == CORE_POINTS
     gradescope = reports.gradescope_results(result)
-    assert [t["max_score"] for t in gradescope["tests"] if t["name"].startswith("ex9")] == [0.0]
+    bonus = [t for t in gradescope["tests"] if t["name"].startswith("ex9")]
+    # Gradescope's extra credit: the real max_score, tagged, outside the assignment's total
+    assert [t["max_score"] for t in bonus] == [EXERCISES[0].points] and bonus[0]["score"] == 0
+    assert all(t["tags"] == ["extra credit"] and "extra credit" in t["name"] for t in bonus)
+    assert sum(t["max_score"] for t in gradescope["tests"] if "tags" not in t) == CORE_POINTS
 
 
 def test_main_and_bonus_points_are_shown_apart(toy):
