@@ -12,8 +12,9 @@ Gradescope programming assignment's autograder:
   in a fresh sandbox with the batch grader's limits, and writes
   ``/autograder/results/results.json`` (a test entry per test, see
   :func:`kata.grading.reports.gradescope_results`);
-* the kata itself: ``kata/``, ``tests/`` (without the maintainer tests), the stubs in
-  ``exercises/``, ``conftest.py``, ``pyproject.toml`` and ``grader.py``; never ``solutions/``.
+* the kata itself: ``kata/``, ``tests/`` (without the maintainer tests, the correct variants
+  or the planted mistakes), the stubs in ``exercises/``, ``conftest.py``, ``pyproject.toml``
+  and ``grader.py``; never ``solutions/``.
 
 ``/autograder`` can be moved with ``KATA_AUTOGRADER_ROOT`` (the maintainer tests run the bundle in
 a temporary folder that way), and the Python that runs the grader with ``KATA_AUTOGRADER_PYTHON``.
@@ -42,6 +43,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: What the bundle takes from the kata (solutions/ never).
 BUNDLE_ITEMS = ("kata", "tests", "exercises", "conftest.py", "pyproject.toml", "grader.py")
 _SKIPPED_PARTS = {"__pycache__", ".pytest_cache", "maintainer"}
+#: Never in the bundle: the correct variants and the planted mistakes (answers, or near them).
+_SKIPPED_FOLDERS = ("tests/variants", "tests/mistakes", "tests/maintainer")
 _SKIPPED_SUFFIXES = (".pyc",)
 #: Per exercise, in seconds; Gradescope's own limit for the whole run is set in the assignment.
 TIMEOUT = 300.0
@@ -123,6 +126,8 @@ exec "$PYTHON" -m kata.grading.gradescope run --root "$ROOT"{options}
 
 def _bundled(path: Path, root: Path) -> bool:
     relative = path.relative_to(root)
+    if any(relative.as_posix().startswith(folder + "/") for folder in _SKIPPED_FOLDERS):
+        return False
     return not (_SKIPPED_PARTS & set(relative.parts) or path.name.endswith(_SKIPPED_SUFFIXES)
                 or path.name.startswith(".kata-hints"))
 

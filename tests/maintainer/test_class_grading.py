@@ -694,7 +694,8 @@ def test_the_bundle_holds_the_kata_without_solutions(bundle):
     assert {"setup.sh", "run_autograder", "grader.py", "conftest.py", "pyproject.toml",
             "kata/exercises.toml", "exercises/__init__.py"} <= set(names)
     assert all(e.tests in names and e.source("exercises") in names for e in EXERCISES)
-    assert not [n for n in names if n.startswith("solutions/") or "/maintainer/" in n
+    assert not [n for n in names if n.startswith(("solutions/", "tests/variants/",
+                                                  "tests/mistakes/", "tests/maintainer/"))
                 or "__pycache__" in n]
     assert modes["setup.sh"] & stat.S_IXUSR and modes["run_autograder"] & stat.S_IXUSR
     for script in ("setup.sh", "run_autograder"):
