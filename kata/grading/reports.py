@@ -9,7 +9,6 @@ temporary file renamed into place) after every submission.
 from __future__ import annotations
 
 import csv
-import json
 import os
 import platform
 import tempfile
