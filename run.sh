@@ -3,6 +3,8 @@
 #   bash run.sh grade [grader options]   set up (first time only), then run the grader
 #   bash run.sh test  [pytest options]   set up (first time only), then run the maintainer suite
 #   bash run.sh notebook [jupyter options]  set up (with the notebook extra), then start JupyterLab
+#   bash run.sh notebook --install-only  only set up with the notebook extra and register the
+#                                        "Python (kata)" kernel (for VS Code or your own Jupyter)
 #   bash run.sh setup                    only set up
 #   bash run.sh pytest|python [args]     run pytest or python in the kata's environment
 # Set-up makes a virtual environment (.venv, or KATA_VENV), installs torch (KATA_TORCH, default
@@ -79,6 +81,15 @@ case "$command" in
     notebook)
         setup
         extra notebook
+        if [ "${1:-}" = "--install-only" ]; then
+            # Registered again every time (cheap): a kernel deleted by hand comes back.
+            "$VENV/bin/python" -m ipykernel install --sys-prefix --name kata \
+                --display-name "Python (kata)" > /dev/null
+            echo "kata: the notebook extra is installed and the \"Python (kata)\" kernel is" \
+                "registered in $VENV. Open notebooks/ with: bash run.sh notebook (or, in VS Code" \
+                "or another Jupyter, choose the interpreter $VENV/bin/python)." >&2
+            exit 0
+        fi
         echo "kata: starting JupyterLab on the kata's folder, opening notebooks/; open the URL" \
             "printed below (with its token) in a browser. Ctrl-C stops it." >&2
         root=()
@@ -87,7 +98,7 @@ case "$command" in
             --LabApp.default_url=/lab/tree/notebooks/ex1_hidden_states.ipynb "$@"
         ;;
     *)
-        echo "usage: bash run.sh grade|test|notebook|setup|pytest|python [options]" >&2
+        echo "usage: bash run.sh grade|test|notebook [--install-only]|setup|pytest|python [options]" >&2
         exit 2
         ;;
 esac

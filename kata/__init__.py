@@ -13,10 +13,16 @@ except _requirements.UnsupportedVersion as error:
 
 from .architectures import blocks, context_length, final_norm
 from .models import ModelNotAvailable, default_device, load_model
-from .texts import KAFKA_TEXT, PENGUIN_TEXT, TARGET_WORD
+from .texts import (CLEAN_ANSWER, CLEAN_PROMPT, CORRUPTED_ANSWER, CORRUPTED_PROMPT,
+                    FIGURE6_TOKEN, KAFKA_TEXT, PENGUIN_TEXT, TARGET_WORD, figure6_token)
 from .validation import layer_index, one_sequence, token_id, token_index
 
 __all__ = [
+    "CLEAN_ANSWER",
+    "CLEAN_PROMPT",
+    "CORRUPTED_ANSWER",
+    "CORRUPTED_PROMPT",
+    "FIGURE6_TOKEN",
     "KAFKA_TEXT",
     "PENGUIN_TEXT",
     "TARGET_WORD",
@@ -24,6 +30,7 @@ __all__ = [
     "blocks",
     "context_length",
     "default_device",
+    "figure6_token",
     "final_norm",
     "layer_index",
     "load_model",

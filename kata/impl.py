@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import importlib
-import os
 import sys
-import traceback
 from pathlib import Path
 from types import ModuleType
 
+from .errors import import_error_sentence, stub_reached  # noqa: F401 (stub_reached: re-export)
 from .manifest import IMPLEMENTATIONS, Exercise
 
 
@@ -17,15 +16,7 @@ class ImplementationImportError(Exception):
 
 
 def describe_import_error(exercise: Exercise, impl: str, error: BaseException) -> str:
-    source = exercise.source(impl)
-    first_line = (traceback.format_exception_only(type(error), error)[-1]).strip()
-    if isinstance(error, SyntaxError) and error.lineno is not None:
-        where = f"line {error.lineno}"
-        first_line = f"{type(error).__name__}: {error.msg}"
-    else:
-        frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename.endswith(source)]
-        where = f"line {frames[-1].lineno}" if frames else "at import"
-    return f"{source} does not import ({where}): {first_line}"
+    return import_error_sentence(exercise.source(impl), error)
 
 
 def import_implementation(exercise: Exercise, impl: str) -> ModuleType:
@@ -55,25 +46,3 @@ def patched_solution(exercise: Exercise, patch_file) -> ModuleType:
     with open(patch_file, encoding="utf-8") as handle:
         exec(compile(handle.read(), str(patch_file), "exec"), module.__dict__)
     return module
-
-
-def stub_reached(error: BaseException, impl_dir: Path) -> str | None:
-    """The function of ``impl_dir`` whose ``raise NotImplementedError`` ``error`` came from, if any.
-
-    That is how the kata tells an untouched stub ("not started") from a real failure: the
-    ``NotImplementedError`` (itself, or what the failure was raised from) was raised in a file of
-    the code under test, and the function that raised it is the stub.
-    """
-    prefix = str(Path(impl_dir).resolve()) + os.sep
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, NotImplementedError):
-            traceback_ = error.__traceback__
-            last = None
-            while traceback_ is not None:
-                last, traceback_ = traceback_.tb_frame.f_code, traceback_.tb_next
-            if last is not None and str(Path(last.co_filename).resolve()).startswith(prefix):
-                return last.co_name
-        error = error.__cause__ or error.__context__
-    return None

@@ -285,10 +285,21 @@ def convert_smollm2(target: Path) -> None:
         plain.save_pretrained(partial)
         tokenizer.save_pretrained(partial)
         write_checksums(partial)
+        make_readable(partial)
         os.replace(partial, target)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     _say(f"SmolLM2 converted in {time.perf_counter() - started:.0f} s; later loads use the cache")
+
+
+def make_readable(folder: Path) -> None:
+    """Folders 0755 and files 0644 under ``folder``: the converted model is shared, read-only,
+    by everyone who loads it (the grader's sandbox runs the learner's code as another user)."""
+    for directory, _, names in os.walk(folder):
+        os.chmod(directory, os.stat(directory).st_mode | 0o755)
+        for name in names:
+            path = os.path.join(directory, name)
+            os.chmod(path, os.stat(path).st_mode | 0o644)
 
 
 def _file_digest(path: Path) -> str:

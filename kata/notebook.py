@@ -409,15 +409,19 @@ def _function_under_test(entry, record) -> str | None:
     return max(named, key=len) if named else None
 
 
-def _hint(entry, function: str | None) -> str:
-    """The first hint for ``function`` (per-function hints), else the exercise's first hint."""
-    hints = entry.hints
-    if isinstance(hints, Mapping):
-        chosen = hints.get(function) if function else None
-        if not chosen and hints:
-            chosen = next(iter(hints.values()))
-        hints = chosen or ()
-    return hints[0] if hints else ""
+def _hint(entry, function: str | None) -> tuple[int, int, str]:
+    """The hint a learner has reached for ``function``, as ``grader.py`` shows it: ``(level,
+    levels, text)``, level 1 until ``grader.py hint N`` has shown more; ``(0, 0, "")`` if none."""
+    from kata.grading.learner import hint_levels  # the grader's record of the hints seen
+
+    if function is None:
+        return 0, 0, ""
+    hints = entry.hints_for(function)
+    if not hints:
+        return 0, 0, ""
+    seen = hint_levels(ROOT).get(entry.id, {}).get(function, 0)
+    level = max(1, min(seen, len(hints)))
+    return level, len(hints), hints[level - 1]
 
 
 class CheckResult:
@@ -433,7 +437,8 @@ class CheckResult:
                              else entry.functions[0])
         else:
             self.function = _function_under_test(entry, self.failure)
-        self.hint = "" if self.done else _hint(entry, self.function)
+        self.hint_level, self.hint_levels, self.hint = (
+            (0, 0, "") if self.done else _hint(entry, self.function))
 
     @property
     def done(self) -> bool:
@@ -457,12 +462,12 @@ class CheckResult:
         elif self.result.message and not self.done:
             rows.append(("message", self.result.message))
         if self.hint:
-            label = f"hint ({self.function})" if self.function and isinstance(
-                entry.hints, Mapping) else "hint"
-            rows.append((label, self.hint))
+            rows.append((f"{self.function}() hint {self.hint_level} of {self.hint_levels}",
+                         self.hint))
         if not self.done:
-            rows.append(("then", "save the file and run this cell again; more hints, in a "
-                                 f"terminal: {grader_command(f'hint {entry.number}')}"))
+            more = (f"; the next hint, in a terminal: {grader_command(f'hint {entry.number}')}"
+                    if self.hint_level < self.hint_levels else "")
+            rows.append(("then", f"save the file and run this cell again{more}"))
         return rows
 
     def __repr__(self) -> str:

@@ -3,7 +3,10 @@
 * ``--impl exercises|solutions`` (or ``KATA_IMPL``) picks the code under test; learners get
   ``exercises/`` by default, maintainers run ``pytest --impl solutions``.
 * ``ex``: the implementation module of the exercise whose test file is running (the manifest says
-  which file belongs to which exercise).
+  which file belongs to which exercise). Under the grader (``--kata-remote``) it is the same
+  module at arm's length: its functions run in the learner's sandbox and only plain data comes
+  back (:mod:`kata.grading.remote`); ``--kata-remote fork`` does the same in-process, for the
+  maintainers' checks that every verdict is the same on both sides of the boundary.
 * ``tiny_gpt2``, ``smollm2``, ``gpt2``: ``(model, tokenizer)`` loaded once per session. GPT-2
   tests skip, with the reason, where GPT-2 is not in the local cache; a missing SmolLM2 is an
   error that gives the install command.
@@ -20,6 +23,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +31,7 @@ import torch
 
 from .diagnosis import diagnose
 from .hooks import hook_snapshot, restore_hooks
+from .process_state import process_state, restore_process_state
 from .impl import import_implementation, patched_solution
 from .learner_view import LearnerView
 from .manifest import IMPLEMENTATIONS, exercise_for_test_file
@@ -53,6 +58,14 @@ def pytest_addoption(parser):
         "in (how tests/maintainer/test_mistakes.py plants a learner mistake)",
     )
     group.addoption(
+        "--kata-remote",
+        metavar="READ_FD,WRITE_FD",
+        default=None,
+        help="the grader: the learner's functions run in a sandbox at the other end of this "
+        "channel (kata.grading.remote); the tests run here. 'fork' (maintainers): the code "
+        "under test runs in a process forked from this one, across the same boundary",
+    )
+    group.addoption(
         "--kata-full",
         action="store_true",
         help="full pytest output for tests that reach an untouched stub (learner mode shows one "
@@ -71,7 +84,7 @@ def pytest_configure(config):
             LearnerView(config, config.rootpath / impl), "kata-learner-view"
         )
     _BASELINE.clear()
-    _BASELINE.update(_process_state())  # before any test file or exercise file is imported
+    _BASELINE.update(process_state())  # before any test file or exercise file is imported
 
 
 def pytest_report_header(config):
@@ -102,10 +115,21 @@ def ex(request, impl):
     exercise = exercise_for_test_file(request.path, request.config.rootpath)
     if exercise is None:
         raise LookupError(f"{request.path.name} is not listed as any exercise's tests in the manifest")
+    remote = request.config.getoption("--kata-remote")
+    if remote and remote != "fork":
+        from .grading.remote import remote_exercise
+
+        return remote_exercise(exercise, remote)
     patch = request.config.getoption("--kata-patch")
     if patch and patch.split("=", 1)[0] == exercise.id:
-        return patched_solution(exercise, Path(patch.split("=", 1)[1]))
-    return import_implementation(exercise, impl)
+        module = patched_solution(exercise, Path(patch.split("=", 1)[1]))
+    else:
+        module = import_implementation(exercise, impl)
+    if remote == "fork":  # maintainers: the same module, run across the grader's boundary
+        from .grading.remote import remote_exercise
+
+        return remote_exercise(exercise, remote, module, request.config.rootpath / impl)
+    return module
 
 
 # --------------------------------------------------------------------------- session models
@@ -174,6 +198,7 @@ def _no_hook_survives_a_test():
     leaks = []
     for name, (model, _, clean) in _SESSION_MODELS.items():
         leaks += [f"{name}: {where}" for where in restore_hooks(model, clean)]
+    removed = _reset_learner_process()
     if leaks:
         diagnose(
             "hook-left-on-model",
@@ -181,85 +206,48 @@ def _no_hook_survives_a_test():
             f"({', '.join(sorted(set(leaks)))}): every hook you register must be removed, "
             "with handle.remove() in a finally block. kata removed it for the next tests.",
         )
+    if removed:
+        _global_hook_left(removed)
+
+
+def _reset_learner_process() -> list[str]:
+    """Under the grader: put the sandbox's models and process state back after a test; the
+    global module hooks the learner's code left on there."""
+    from .grading import remote
+
+    session = remote.active() if "kata.grading.remote" in sys.modules else None
+    return session.reset() if session is not None else []
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if "kata.grading.remote" in sys.modules:
+        from .grading import remote
+
+        remote.end_session()
+
+
+def _global_hook_left(removed: list[str]) -> None:
+    pytest.fail(
+        "a global module hook was still registered after this test "
+        f"({', '.join(sorted(set(removed)))}, from torch.nn.modules.module."
+        "register_module_forward_hook or similar): it runs on every module of every model, "
+        "so it changes every result after it. Register hooks on the one block you need and "
+        "remove them in a finally block. kata removed it for the next tests.",
+        pytrace=False,
+    )
 
 
 # --------------------------------------------------------------------------- process-wide state
 
-_GLOBAL_HOOK_DICTS = ("_global_forward_hooks", "_global_forward_pre_hooks",
-                      "_global_backward_hooks", "_global_backward_pre_hooks",
-                      "_global_forward_hooks_always_called", "_global_forward_hooks_with_kwargs",
-                      "_global_buffer_registration_hooks", "_global_module_registration_hooks",
-                      "_global_parameter_registration_hooks")
-
-
-def _global_hooks() -> dict[str, set]:
-    from torch.nn.modules import module as nn_module
-
-    found = {}
-    for name in _GLOBAL_HOOK_DICTS:
-        hooks = getattr(nn_module, name, None)
-        if hooks:
-            found[name] = set(hooks)
-    return found
-
-
-def _process_state() -> dict:
-    return {"dtype": torch.get_default_dtype(), "threads": torch.get_num_threads(),
-            "grad": torch.is_grad_enabled(), "cwd": os.getcwd(), "environ": _environ(),
-            "hooks": _global_hooks()}
-
-
 _BASELINE: dict = {}
-
-
-def _environ() -> dict:
-    return {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
-
-
-def _restore_process_state(baseline: dict) -> list[str]:
-    """Put the process-wide state back; return the global hooks that had to be removed."""
-    from torch.nn.modules import module as nn_module
-
-    torch.set_default_dtype(baseline["dtype"])
-    if torch.get_num_threads() != baseline["threads"]:
-        torch.set_num_threads(baseline["threads"])
-    torch.set_grad_enabled(baseline["grad"])
-    try:
-        if os.getcwd() != baseline["cwd"]:
-            os.chdir(baseline["cwd"])
-    except OSError:
-        os.chdir(baseline["cwd"])
-    if _environ() != baseline["environ"]:
-        current = os.environ.get("PYTEST_CURRENT_TEST")
-        os.environ.clear()
-        os.environ.update(baseline["environ"])
-        if current is not None:
-            os.environ["PYTEST_CURRENT_TEST"] = current
-    removed = []
-    for name in _GLOBAL_HOOK_DICTS:
-        hooks = getattr(nn_module, name, None)
-        if not hooks:
-            continue
-        keep = baseline["hooks"].get(name, set())
-        for key in [k for k in hooks if k not in keep]:
-            del hooks[key]
-            removed.append(name.removeprefix("_global_").replace("_", " "))
-    return removed
 
 
 @pytest.fixture(autouse=True)
 def _process_state_survives_no_test():
     """Restore the process-wide state after every test; report a global module hook left on."""
     if not _BASELINE:
-        _BASELINE.update(_process_state())
+        _BASELINE.update(process_state())
     yield
-    removed = _restore_process_state(_BASELINE)
+    removed = restore_process_state(_BASELINE)
     if removed:
-        pytest.fail(
-            "a global module hook was still registered after this test "
-            f"({', '.join(sorted(set(removed)))}, from torch.nn.modules.module."
-            "register_module_forward_hook or similar): it runs on every module of every model, "
-            "so it changes every result after it. Register hooks on the one block you need and "
-            "remove them in a finally block. kata removed it for the next tests.",
-            pytrace=False,
-        )
+        _global_hook_left(removed)

@@ -1,16 +1,16 @@
 """Exercise 3: manipulating hidden states with a scaling hook.
 
-The post: "LLM breakdown 4/6: Transformer outputs (hidden states)", in Mike X Cohen's
-Substack series *LLM breakdown*; his notebook for it is `MLonLLMs/LLMbreakdown_4_hiddenStates.ipynb`
-in the public repository `mikexcohen/Substack`. This kata retells its demos in its own words.
+The post: "LLM breakdown 4/6: Transformer outputs (hidden states)", in Mike X Cohen's Substack
+series *LLM breakdown*; his notebook for it is `MLonLLMs/LLMbreakdown_4_hiddenStates.ipynb` in the
+public repository `mikexcohen/Substack`. This kata retells its demos in its own words.
 
 Post: "Python demo 3: Manipulating hidden states" (figures 10 and 11).
 
 The model reads the opening of Kafka's *The Metamorphosis*, cut just before the word it must
-predict (``kata.KAFKA_TEXT``), and we watch the log-probability it gives to ``" insect"``.
-Then we change the model while it runs: a forward hook multiplies one transformer block's
-output by 0.8, we measure the target's log-probability again, remove the hook, and move on to
-the next block. The result (figure 11) shows which blocks the prediction depends on.
+predict (``kata.KAFKA_TEXT``), and we watch the log-probability it gives to ``" insect"``. Then we
+change the model while it runs: a forward hook multiplies one transformer block's output by 0.8, we
+measure the target's log-probability again, remove the hook, and move on to the next block. The
+result (figure 11) shows which blocks the prediction depends on.
 
 You will write:
 
@@ -20,10 +20,10 @@ You will write:
 * ``scaling_experiment``: one scaled block at a time, every hook removed afterwards;
 * ``plot_scaling_experiment``: figure 11.
 
-Two facts about the library matter here. A GPT-2 block returns a tuple in transformers up to
-5.2 and a plain tensor from 5.3 on (Llama-family blocks return a tensor), so the hook must
-handle both. And a hook is global state on the module: one that is not removed, also when the
-forward pass raises, keeps changing every later run of the model.
+Two facts about the library matter here. A GPT-2 block returns a tuple in transformers up to 5.2
+and a plain tensor from 5.3 on (Llama-family blocks return a tensor), so the hook must handle both.
+And a hook is global state on the module: one that is not removed, also when the forward pass
+raises, keeps changing every later run of the model.
 """
 
 import matplotlib.pyplot as plt  # for plot_scaling_experiment
@@ -35,13 +35,14 @@ import kata  # kata.blocks, kata.context_length
 def text_stats(tokenizer, text):
     """Count the characters and the tokens of ``text``.
 
-    Returns a dict with four ints: ``chars`` (characters), ``unique_chars`` (distinct
-    characters), ``tokens`` (token ids the tokenizer makes of the text) and ``unique_tokens``
-    (distinct token ids). For ``kata.KAFKA_TEXT`` and the GPT-2 tokenizer: 109, 25, 22, 22.
+    Returns a dict with four ints: ``chars`` (characters), ``unique_chars`` (distinct characters),
+    ``tokens`` (token ids the tokenizer makes of the text) and ``unique_tokens`` (distinct token
+    ids).
 
-    Hint: a Python ``set`` keeps one copy of each element.
+    Hint: Count characters on the text and tokens on tokenizer(text)['input_ids'].
 
-    On SmolLM2 the Kafka text is 109, 25, 23, 23 (its tokenizer makes 23 tokens).
+    On the models: for ``kata.KAFKA_TEXT``, GPT-2's tokenizer gives 109, 25, 22, 22 and SmolLM2's
+    109, 25, 23, 23 (it makes 23 tokens).
 
     Post: demo 3, the text statistics printed before figure 10.
     """
@@ -57,16 +58,16 @@ def text_stats(tokenizer, text):
 def target_token_id(tokenizer, word):
     """The id of the single token that spells ``word``.
 
-    GPT-2-style tokenizers fold the space before a word into the token, so ``" insect"``
-    (id 12833 in GPT-2) and ``"insect"`` (two pieces, ``"in"`` + ``"sect"``) differ. The
-    experiment reads one log-probability, so the word must be exactly one token: otherwise
-    raise a ``ValueError`` that lists the pieces the tokenizer made, never silently keep the
-    first piece.
+    GPT-2-style tokenizers fold the space before a word into the token, so ``" insect"`` (id 12833
+    in GPT-2) and ``"insect"`` (two pieces, ``"in"`` + ``"sect"``) differ. The experiment reads one
+    log-probability, so the word must be exactly one token; a longer word is an error, never
+    silently cut to its first piece. ``tokenizer(word, add_special_tokens=False)["input_ids"]``
+    gives the pieces' ids, and ``tokenizer.decode([token_id])`` the text of each piece.
 
-    Returns an ``int``.
+    Returns an ``int``. Raises ``ValueError`` for a word that is not exactly one token, with a
+    message that lists the pieces the tokenizer made (``['in', 'sect']``).
 
-    Hint: ``tokenizer(word, add_special_tokens=False)["input_ids"]`` and
-    ``tokenizer.decode([token_id])`` for the text of each piece.
+    Hint: A target word must be exactly one token; mind the leading space, as in ' insect'.
 
     Post: demo 3, the target token " insect".
     """
@@ -97,16 +98,19 @@ def _next_token_logits(model, input_ids):
 def next_token_log_probs(model, input_ids):
     """Log-probabilities of every possible next token after ``input_ids``.
 
-    ``input_ids`` is one sequence, shape ``(1, T)`` as the tokenizer returns it, or ``(T,)``.
-    Run the model without gradients, take the logits at the *last* position (the prediction
-    for the token after the text) and apply log-softmax over the vocabulary.
+    ``input_ids`` is one sequence, shape ``(1, T)`` as the tokenizer returns it, or ``(T,)``. The
+    model's output ``.logits`` holds, for every position, one raw score per vocabulary token (a
+    logit), shape ``(1, T, vocab_size)``. Run the model without gradients, take the logits at the
+    *last* position (the prediction for the token after the text) and apply log-softmax over the
+    vocabulary: softmax gives probabilities, and the post measures their logarithm.
 
-    Returns a float32 CPU tensor of shape ``(vocab_size,)`` whose ``exp()`` sums to 1.
-    Raises ``ValueError`` for an empty input, one longer than ``kata.context_length(model)``
-    or more than one sequence.
+    Returns a float32 CPU tensor of shape ``(vocab_size,)`` whose ``exp()`` sums to 1, with no
+    autograd graph. Raises ``ValueError`` for an empty input, one longer than
+    ``kata.context_length(model)`` or more than one sequence (``kata.one_sequence(input_ids,
+    model)`` checks all three).
 
-    Hint: ``torch.log_softmax(logits[0, -1], dim=-1)``; softmax gives probabilities, and the
-    post measures their logarithm.
+    Hint: The model's prediction for the next token is in the logits of the last position:
+    logits[0, -1].
 
     On the models: the clean log-probability of " insect" after the Kafka text is about -4.71 on
     SmolLM2 (GPT-2's is in figure 11 of the post).
@@ -119,16 +123,19 @@ def next_token_log_probs(model, input_ids):
 def top_next_tokens(model, tokenizer, input_ids, k=21):
     """The ``k`` most likely next tokens after ``input_ids``, as figure 10 lists them.
 
-    Returns a list of ``k`` pairs ``(token text, logit)``, highest logit first, e.g.
-    ``(" insect", 9.93)`` for SmolLM2. The text is ``tokenizer.decode([token_id])`` (with its
-    leading space); the logit is a Python float from the last position's raw logits: the same
-    forward pass as ``next_token_log_probs``, before log-softmax (a small helper shared by the
-    two functions keeps the input checks in one place).
+    The same forward pass as ``next_token_log_probs``, read before log-softmax: the last position's
+    raw logits, ranked with ``torch.topk(logits, k)``, which returns the values and the indices,
+    largest first. (A small helper shared by the two functions keeps the input checks in one
+    place.)
 
-    Hint: ``torch.topk(logits, k)`` returns the values and the indices, largest first.
+    Returns a list of ``k`` pairs ``(token text, logit)``, highest logit first, e.g. ``(" insect",
+    9.93)`` for SmolLM2. The text is ``tokenizer.decode([token_id])``, which keeps the token's
+    leading space; the logit is a Python float.
 
-    On the models: " insect" is 15th of 21 on GPT-2 and 9th on SmolLM2, in lists full of
-    creatures (" spider", " creature", " dragon", " worm" on SmolLM2).
+    Hint: The same last-position logits as next_token_log_probs, ranked.
+
+    On the models: " insect" is 15th of 21 on GPT-2 and 9th on SmolLM2, in lists full of creatures
+    (" spider", " creature", " dragon", " worm" on SmolLM2).
 
     Post: demo 3, figure 10.
     """
@@ -143,20 +150,23 @@ def top_next_tokens(model, tokenizer, input_ids, k=21):
 def make_scaling_hook(factor):
     """A forward hook that replaces a block's output with the output times ``factor``.
 
-    Register the result with ``block.register_forward_hook(hook)``: PyTorch then calls
-    ``hook(module, inputs, output)`` after the block runs, and a value the hook returns
-    replaces the block's output. The block's output may be
+    Exercise 1's hooks only looked at a block's output; a forward hook that *returns* a value
+    replaces it. Register the result with ``block.register_forward_hook(hook)``: PyTorch then calls
+    ``hook(module, inputs, output)`` after the block runs, and what the hook returns is what the
+    block outputs. The block's output may be
 
     * a tensor ``(batch, T, d_model)`` (GPT-2 from transformers 5.3, Llama-family models):
       return ``output * factor``, a tensor;
     * a tuple whose first element is that tensor (GPT-2 up to transformers 5.2): return a
       tuple with the first element scaled and the others unchanged.
 
-    Build new tensors: never scale in place (``mul_``, ``*=``), which would also change the
-    tensor the block and other hooks still hold.
+    Build new tensors out of place: never scale in place (``mul_``, ``*=``), which would also
+    change the tensor the block and other hooks still hold. Check ``isinstance(output, tuple)``; on
+    a tensor, ``output[0]`` is the first row of the batch, not "the hidden states".
 
-    Hint: check ``isinstance(output, tuple)``; on a tensor, ``output[0]`` is the first row of
-    the batch, not "the hidden states".
+    Returns the hook, a function ``hook(module, inputs, output)``.
+
+    Hint: A forward hook that returns a value replaces the module's output.
 
     Post: demo 3, the hook function (steps 3a-3c).
     """
@@ -172,23 +182,21 @@ def make_scaling_hook(factor):
 def scaling_experiment(model, input_ids, target_id, factor=0.8):
     """The target's log-probability with each block's output scaled, one block at a time.
 
-    For block ``i`` (``kata.blocks(model)[i]``): register ``make_scaling_hook(factor)`` on it,
-    read ``next_token_log_probs(model, input_ids)[target_id]``, remove the hook. Only that one
-    block is scaled in that run.
+    For block ``i`` (``kata.blocks(model)[i]``): register ``make_scaling_hook(factor)`` on it, read
+    ``next_token_log_probs(model, input_ids)[target_id]``, remove the hook. Only that one block is
+    scaled in that run. Register with ``prepend=True``, which puts your hook first among the
+    block's hooks: transformers 5 keeps hooks of its own on the blocks to record
+    ``output_hidden_states``, and with your hook first they record the scaled output too. Remove
+    every hook in a ``finally`` block so that, even when the forward pass raises, the model's hooks
+    end exactly as they were. Scaling the *last* block barely changes anything: the final norm
+    divides its input by its own size, so a global factor cancels out (up to the norm's epsilon).
 
-    Register with ``prepend=True`` so your hook runs before any hook already on the block:
-    transformers 5 records ``output_hidden_states`` with such hooks, and they should see the
-    scaled output too. Remove every hook in a ``finally`` block so that, even when the forward
-    pass raises, the model's hooks end exactly as they were.
+    Returns a float32 tensor of shape ``(n_layers,)``, one value per block, with no autograd graph.
+    Raises ``ValueError`` if ``target_id`` is not a token id of the model
+    (``kata.token_id(target_id, vocab_size)`` checks it).
 
-    Scaling the *last* block barely changes anything: the final norm divides its input by its
-    own size, so a global factor cancels out (up to the norm's epsilon).
-
-    Returns a float32 tensor of shape ``(n_layers,)``, one value per block.
-    Raises ``ValueError`` if ``target_id`` is not a token id of the model.
-
-    Hint: ``handle = block.register_forward_hook(hook, prepend=True)``, then
-    ``try: ... finally: handle.remove()``.
+    Hint: One run per block: scale that block's output only, measure the target's log-probability,
+    undo the hook.
 
     On the models: on GPT-2 most blocks, scaled by 0.8, lower the target's log-probability; on
     SmolLM2 27 of 30 do (the biggest drops come from blocks 19 to 27), and the last block changes
@@ -212,15 +220,15 @@ def scaling_experiment(model, input_ids, target_id, factor=0.8):
 def plot_scaling_experiment(values, clean_value):
     """Figure 11: the target's log-probability for each scaled block, against the clean run.
 
-    ``values``: shape ``(n_layers,)``, from ``scaling_experiment``; ``clean_value``: the
-    target's log-probability without any hook. Draw one marker per block at x = block index
-    (0, 1, ...), a dashed horizontal line at ``clean_value`` whose label shows the number
-    (legend), x label "Transformer block", y label "Log softmax". A wide figure, about (9, 3).
+    ``values``: shape ``(n_layers,)``, from ``scaling_experiment``; ``clean_value``: the target's
+    log-probability without any hook. Draw one marker per block at x = block index (0, 1, ...),
+    e.g. ``ax.plot(x, values, "o")``, and a dashed horizontal line at ``clean_value`` whose label
+    shows the number (``ax.axhline(clean_value, linestyle="--", label=...)``, then a legend); x
+    label "Transformer block", y label "Log softmax". A wide figure, about (9, 3).
 
     Returns the ``matplotlib.figure.Figure``.
 
-    Hint: ``ax.plot(x, values, "o")`` for the markers and
-    ``ax.axhline(clean_value, linestyle="--", label=...)`` for the clean line.
+    Hint: One marker per block, and a dashed line at the clean value to compare with.
 
     Post: demo 3, figure 11.
     """

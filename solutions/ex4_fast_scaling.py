@@ -1,14 +1,14 @@
 """Exercise 4 (bonus): the scaling experiment in one forward pass.
 
-The post: "LLM breakdown 4/6: Transformer outputs (hidden states)", in Mike X Cohen's
-Substack series *LLM breakdown*; his notebook for it is `MLonLLMs/LLMbreakdown_4_hiddenStates.ipynb`
-in the public repository `mikexcohen/Substack`. This kata retells its demos in its own words.
+The post: "LLM breakdown 4/6: Transformer outputs (hidden states)", in Mike X Cohen's Substack
+series *LLM breakdown*; his notebook for it is `MLonLLMs/LLMbreakdown_4_hiddenStates.ipynb` in the
+public repository `mikexcohen/Substack`. This kata retells its demos in its own words.
 
 Post: "Python demo 3: Manipulating hidden states" (figure 11), made fast.
 
 Exercise 3's ``scaling_experiment`` runs the whole model once per block: 30 forward passes for
-SmolLM2, each computing logits for every position. Three observations make it much cheaper
-without changing a single result:
+SmolLM2, each computing logits for every position. Three observations make it much cheaper without
+changing a single result:
 
 1. **Rows of a batch do not interact.** A transformer attends only within its own sequence, so a
    batch whose row ``i`` is scaled at block ``i`` gives row ``i`` exactly what a separate run
@@ -31,30 +31,29 @@ import kata
 def fast_scaling_experiment(model, input_ids, target_id, factor=0.8):
     """``scaling_experiment``'s values, from one forward pass that grows its batch block by block.
 
-    The batch starts as the one clean sequence. A forward hook on every block (registered with
-    ``prepend=True``) returns the block's output with one row appended: the clean row (row 0)
-    times ``factor``. After block ``j`` the batch holds the clean row followed by the rows
-    scaled at blocks ``0 .. j``, so block ``j`` runs on ``j + 1`` rows, never on a row that
-    would only repeat the clean one (trick 2). Rows never mix (trick 1). At the end, run the
-    unembedding on the last position only (trick 3) and take the log-softmax of each row.
-
-    Runs ``model.base_model`` (the blocks and the final norm, without the unembedding) with
-    ``use_cache=False``, then ``model.get_output_embeddings()`` on ``final[:, -1]``.
-
-    Args:
-        input_ids: one sequence, ``(1, T)`` or ``(T,)``.
-        target_id: the token whose log-probability is measured.
-        factor: the scale applied to one block's output per row.
+    ``input_ids`` is one sequence, ``(1, T)`` or ``(T,)``; ``target_id`` the token whose
+    log-probability is measured; ``factor`` the scale applied to one block's output per row. The
+    batch starts as the one clean sequence. A forward hook on every block (registered with
+    ``prepend=True``) returns the block's output with one row appended: the clean row (row 0) times
+    ``factor``, ``torch.cat([hidden, hidden[:1] * factor])`` (a block may return a tuple,
+    transformers up to 5.2, or a tensor). After block ``j`` the batch holds the clean row followed
+    by the rows scaled at blocks ``0 .. j``, so block ``j`` runs on ``j + 1`` rows, never on a row
+    that would only repeat the clean one (trick 2). Rows never mix (trick 1). Run
+    ``model.base_model`` (the blocks and the final norm, without the unembedding) with
+    ``use_cache=False``, then ``model.get_output_embeddings()`` on the last position only,
+    ``final[:, -1]`` (trick 3), and take the log-softmax of each row.
 
     Returns a float32 CPU tensor of shape ``(n_layers,)``: entry ``i`` is the target's
-    log-probability with block ``i``'s output scaled, as in ``scaling_experiment``.
-    Every hook is removed before returning, also when the forward pass raises.
-    Raises ``ValueError`` when ``target_id`` is not a token id of the model (say "token id"
-    in the message) or when the input is empty or longer than the model's context (the
-    function ``kata.one_sequence(input_ids, model)`` checks the input for you).
+    log-probability with block ``i``'s output scaled, as in ``scaling_experiment``. Every hook is
+    removed before returning, also when the forward pass raises. Raises ``ValueError`` when
+    ``target_id`` is not a token id of the model (say "token id" in the message) or when the input
+    is empty or longer than the model's context (``kata.one_sequence(input_ids, model)`` checks the
+    input for you, ``kata.token_id(target_id, vocab_size)`` the id).
 
-    Hint: ``torch.cat([hidden, hidden[:1] * factor])`` appends the scaled clean row; a block
-    may return a tuple (transformers up to 5.2) or a tensor.
+    Hint: Rows of a batch never interact, and before block i a row is still the clean run: start
+    with one clean row and, after each block, append a scaled copy of the clean row.
+
+    On the models: it agrees with ``scaling_experiment`` to 1e-4, at a fraction of its cost.
 
     Post: demo 3, the experiment loop and figure 11.
     """

@@ -1,14 +1,14 @@
 """Exercise 5: the logit lens: what each hidden state already predicts.
 
-The post: "LLM breakdown 4/6: Transformer outputs (hidden states)", in Mike X Cohen's
-Substack series *LLM breakdown*; his notebook for it is `MLonLLMs/LLMbreakdown_4_hiddenStates.ipynb`
-in the public repository `mikexcohen/Substack`. This kata retells its demos in its own words.
+The post: "LLM breakdown 4/6: Transformer outputs (hidden states)", in Mike X Cohen's Substack
+series *LLM breakdown*; his notebook for it is `MLonLLMs/LLMbreakdown_4_hiddenStates.ipynb` in the
+public repository `mikexcohen/Substack`. This kata retells its demos in its own words.
 
-The post stops where the next question begins. The last hidden state becomes the model's
-prediction through two steps: the final norm (already applied to ``hidden_states[-1]``) and the
-unembedding, the matrix ``model.get_output_embeddings()`` that gives one logit per vocabulary
-entry. What do the *earlier* hidden states predict if we read them the same way? That reading
-is the logit lens (nostalgebraist, 2020), one of the first tools of interpretability.
+The post stops where the next question begins. The last hidden state becomes the model's prediction
+through two steps: the final norm (already applied to ``hidden_states[-1]``) and the unembedding,
+the matrix ``model.get_output_embeddings()`` that gives one logit per vocabulary entry. What do the
+*earlier* hidden states predict if we read them the same way? That reading is the logit lens
+(nostalgebraist, 2020), one of the first tools of interpretability.
 
 You will write:
 
@@ -20,13 +20,13 @@ You will write:
 * ``plot_rank_by_layer``: the median rank of the true next token, layer by layer.
 
 Shapes: ``n_layers`` transformer blocks, so ``n_layers + 1`` hidden states (index 0 is the
-embedding layer); T tokens; P chosen positions; ``vocab_size`` entries in the vocabulary.
-A rank is the number of tokens the layer prefers to the one in question: 0 means top.
+embedding layer); T tokens; P chosen positions; ``vocab_size`` entries in the vocabulary. A rank is
+the number of tokens the layer prefers to the one in question: 0 means top.
 
-The lesson is in the numbers. On GPT-2 the lens reads sensible guesses from the middle blocks
-on. On SmolLM2 (a Llama-family model) it is nearly blind until the last few blocks: the plain
-logit lens works better on GPT-2 than on Llama-family models, which is why the tuned lens
-(a learned translation per layer) exists.
+The lesson is in the numbers. On GPT-2 the lens reads sensible guesses from the middle blocks on.
+On SmolLM2 (a Llama-family model) it is nearly blind until the last few blocks: the plain logit
+lens works better on GPT-2 than on Llama-family models, which is why the tuned lens (a learned
+translation per layer) exists.
 """
 
 import matplotlib.pyplot as plt  # for the plots
@@ -38,34 +38,28 @@ import kata  # kata.blocks, kata.final_norm
 def logit_lens(model, hidden_states, positions=None):
     """Read every hidden state through the final norm and the unembedding.
 
-    ``hidden_states``: shape ``(n_layers + 1, T, d_model)``, as exercise 1's
-    ``get_hidden_states`` returns them. ``positions``: ``None`` for every position, or a list of
-    position indices (negative ones count from the end, as in Python).
-
-    For layer ``i < n_layers`` apply the model's final norm (``kata.final_norm(model)``), then
-    the unembedding (``model.get_output_embeddings()``), then log-softmax over the vocabulary.
-    The last hidden state already went through the final norm inside the model, so it goes
-    straight to the unembedding: norming it again is applying the norm twice. Its row then
-    equals the model's own log-probabilities.
-
-    Memory: the result holds ``(n_layers + 1) * P * vocab_size`` floats. For a long text that is
-    a lot: GPT-2 on 1,024 tokens gives 13 x 1024 x 50257 float32 values, 2.7 GB, and computing
-    all layers in one go keeps the logits *and* the log-probabilities, twice that. So compute
-    one layer at a time into a preallocated float32 result, and pass ``positions`` when you only
-    need a few of them. For the post's Kafka text on SmolLM2 the full result is 31 x 23 x 49152
-    float32 values, 134 MiB; computed layer by layer the call's peak was measured at 136 MiB,
-    all layers at once at 267 MiB.
+    ``hidden_states`` has shape ``(n_layers + 1, T, d_model)``, as exercise 1's
+    ``get_hidden_states`` returns them; ``positions`` is ``None`` for every position, or a list of
+    positions (negative ones count from the end, as in Python). For layer ``i < n_layers`` apply
+    the model's final norm (``kata.final_norm(model)``), then the unembedding
+    (``model.get_output_embeddings()``), then log-softmax over the vocabulary, under
+    ``torch.no_grad()``. The last hidden state already went through the final norm inside the
+    model, so it goes straight to the unembedding: norming it again would apply the norm twice. Its
+    row then equals the model's own log-probabilities. The result is large for a long text, so
+    compute one layer at a time into a preallocated float32 tensor, and pass ``positions`` when you
+    need only a few of them.
 
     Returns a float32 CPU tensor of shape ``(n_layers + 1, P, vocab_size)`` (P = T when
-    ``positions`` is None), detached from autograd; ``result[i, p].exp()`` sums to 1.
-    Raises ``ValueError`` when ``hidden_states`` is not ``(n_layers + 1, T, d_model)`` for this
-    model, or a position is outside ``-T .. T - 1``.
+    ``positions`` is None), detached from autograd; ``result[i, p].exp()`` sums to 1. Raises
+    ``ValueError`` when ``hidden_states`` is not ``(n_layers + 1, T, d_model)`` for this model; it
+    raises ``IndexError`` naming the valid range when a position is not one of the T tokens
+    (``kata.token_index(position, T, "position")`` checks it and returns the position).
 
-    Hint: ``torch.log_softmax(unembed(norm(h)), dim=-1)`` for ``h = hidden_states[i][positions]``,
-    under ``torch.no_grad()``; skip ``norm`` for the last ``i``.
+    Hint: Read hidden state i as the model reads its last one: final norm, then the unembedding,
+    then log-softmax over the vocabulary.
 
-    Expected: the last row reproduces the model's own log-probabilities (measured on SmolLM2
-    with the Kafka text: identical to float precision); the other rows are different readings.
+    On the models: the last row reproduces the model's own log-probabilities (on SmolLM2 with the
+    Kafka text, identical to float precision); the other rows are different readings.
 
     Post: after demo 1 (the final norm is applied to the last hidden state only) and demo 3
     (log-softmax of the next token); the logit lens itself is nostalgebraist's (2020).
@@ -81,13 +75,15 @@ def logit_lens(model, hidden_states, positions=None):
     n_tokens = hidden_states.shape[1]
     if positions is None:
         positions = list(range(n_tokens))
-    positions = [int(p) for p in positions]
-    outside = [p for p in positions if not -n_tokens <= p < n_tokens]
-    if outside:
-        raise ValueError(f"positions {outside} are outside the text's {n_tokens} tokens")
+    positions = [kata.token_index(p, n_tokens, "position") for p in positions]  # IndexError
 
     norm, unembed = kata.final_norm(model), model.get_output_embeddings()
     vocab_size = unembed.out_features
+    # Memory: the result holds (n_layers + 1) * P * vocab_size floats: GPT-2 on 1,024 tokens
+    # gives 13 x 1024 x 50257 float32 values, 2.7 GB, and all layers at once would keep the
+    # logits and the log-probabilities, twice that. Layer by layer into a preallocated result,
+    # the Kafka text on SmolLM2 (31 x 23 x 49152, 134 MiB) peaked at 136 MiB, against 267 MiB
+    # all at once.
     lens = torch.empty(n_hidden, len(positions), vocab_size, dtype=torch.float32)
     with torch.no_grad():
         for layer in range(n_hidden):  # one layer at a time: only (P, vocab_size) logits at once
@@ -101,27 +97,22 @@ def logit_lens(model, hidden_states, positions=None):
 def true_token_ranks(lens, input_ids):
     """The rank, at every layer and position, of the token that really comes next.
 
-    ``lens``: ``logit_lens`` for *all* positions, shape ``(n_layers + 1, T, vocab_size)``;
-    ``input_ids``: the text's ids, ``(1, T)`` or ``(T,)``. Position ``t`` predicts token
-    ``t + 1``, so the last position has nothing to be checked against.
+    ``lens`` is ``logit_lens`` for *all* positions, shape ``(n_layers + 1, T, vocab_size)``;
+    ``input_ids`` the text's ids, ``(1, T)`` or ``(T,)``. Position ``t`` predicts token ``t + 1``,
+    so the last position has nothing to be checked against. A rank is how many tokens get a
+    strictly higher log-probability than the true one: 0 is the top token, 1 the second (never
+    1-based). ``torch.gather`` picks each true token's log-probability, and comparing it with the
+    whole row counts who beats it; count one layer at a time, which keeps the memory small.
 
-    A rank is how many tokens get a strictly higher log-probability than the true one: 0 is the
-    top token, 1 the second (never 1-based).
+    Returns an int64 tensor of shape ``(n_layers + 1, T - 1)``. Raises ``ValueError`` when ``lens``
+    does not have one position per token of ``input_ids``.
 
-    Returns an int64 tensor of shape ``(n_layers + 1, T - 1)``.
-    Raises ``ValueError`` when ``lens`` does not have one position per token of ``input_ids``.
+    Hint: Position t predicts token t + 1: pair lens[:, :-1] with input_ids[1:].
 
-    Hint: ``lens[:, :-1]`` pairs with ``input_ids[1:]``; ``torch.gather`` picks each true
-    token's log-probability, and comparing it with the whole row counts who beats it. Count one
-    layer at a time: ``.sum()`` of a boolean tensor first copies it to int64, 8 bytes per entry
-    (measured: 268 MiB more at once for SmolLM2 and the Kafka text, 9 MiB per layer).
-
-    Measured on SmolLM2 with the Kafka text, median over the positions: 26,015 at the
-    embedding layer, about 400 to 700 in the middle blocks (L8 to L21), 21 after block L27 and 5 at
-    the output; the mean log-probability of the true token stays between -22 and -28 up to
-    block L22 and rises to -4.7 at the output, most of it in the last 8 blocks. On GPT-2 (not measured here:
-    it was not in the cache) the logit-lens literature shows the ranks falling steadily from the
-    middle blocks on.
+    On the models: on SmolLM2 with the Kafka text the median rank is about 26,000 at the embedding
+    layer, a few hundred in the middle blocks, about 20 after block L27 and 5 at the output: the
+    lens is nearly blind until the last blocks. On GPT-2 the logit-lens literature shows the ranks
+    falling steadily from the middle blocks on.
 
     Post: demo 3 measures one token's log-probability; here every true next token is ranked.
     """
@@ -135,7 +126,9 @@ def true_token_ranks(lens, input_ids):
         )
     following = input_ids[1:, None]  # (T - 1, 1): position t predicts token t + 1
     ranks = []
-    for layer in lens:  # one layer at a time: summing a boolean tensor makes an int64 copy of it
+    # One layer at a time: .sum() of a boolean tensor first copies it to int64, 8 bytes per
+    # entry (measured: 268 MiB more at once for SmolLM2 and the Kafka text, 9 MiB per layer).
+    for layer in lens:
         predictions = layer[:-1]  # (T - 1, vocab_size)
         true_log_probs = predictions.gather(-1, following)  # (T - 1, 1)
         ranks.append((predictions > true_log_probs).sum(dim=-1))
@@ -145,47 +138,52 @@ def true_token_ranks(lens, input_ids):
 def target_rank_by_layer(lens, target_id, position=-1):
     """The rank of one token at one position, layer by layer.
 
-    ``lens``: shape ``(n_layers + 1, P, vocab_size)``; ``target_id``: a token id (from
-    exercise 3's ``target_token_id``); ``position``: which of the P positions (default the
-    last, the prediction for the token after the text). Rank 0 is the top token.
+    ``lens`` has shape ``(n_layers + 1, P, vocab_size)``; ``target_id`` is a token id (from
+    exercise 3's ``target_token_id``); ``position`` one of the P positions (default the last: the
+    prediction for the token after the text). ``row = lens[:, position]`` is ``(n_layers + 1,
+    vocab_size)``; the rank counts the entries greater than ``row[:, target_id]``, so rank 0 is the
+    top token.
 
-    Returns an int64 tensor of shape ``(n_layers + 1,)``.
-    Raises ``ValueError`` if ``target_id`` is not a token id.
+    Returns an int64 tensor of shape ``(n_layers + 1,)``. Raises ``ValueError`` if ``target_id`` is
+    not a token id (``kata.token_id(target_id, vocab_size)``); it raises ``IndexError`` naming the
+    valid range if ``position`` is not one of the P positions (``kata.token_index(position, P,
+    "position")``).
 
-    Hint: ``row = lens[:, position]`` is ``(n_layers + 1, vocab_size)``; count the entries
-    greater than ``row[:, target_id]``.
+    Hint: A rank counts the tokens a layer prefers: the log-probabilities strictly higher than the
+    target's at that position.
 
-    Measured with the Kafka text on SmolLM2: " insect" has rank 5,000 to 13,000 in every
-    block up to L26, 1,885 after block L27 and 8 (the 9th most likely token) at the output.
+    On the models: with the Kafka text on SmolLM2, " insect" ranks 5,000 to 13,000 in every block
+    up to L26, 1,885 after block L27 and 8 (the 9th most likely token) at the output.
 
     Post: demo 3's target, " insect", read at every layer instead of only at the output.
     """
     lens = torch.as_tensor(lens)
-    vocab_size = lens.shape[-1]
-    if not 0 <= int(target_id) < vocab_size:
-        raise ValueError(
-            f"target_id {target_id} is not a token id (the vocabulary has {vocab_size} tokens)"
-        )
+    target_id = kata.token_id(target_id, lens.shape[-1])  # ValueError if no token
+    position = kata.token_index(position, lens.shape[1], "position")  # IndexError if none
     row = lens[:, position]  # (n_layers + 1, vocab_size)
-    return (row > row[:, int(target_id), None]).sum(dim=-1)
+    return (row > row[:, target_id, None]).sum(dim=-1)
 
 
 def top_tokens_by_layer(lens, tokenizer, position=-1, k=5):
     """The ``k`` tokens each layer finds most likely at one position, as text.
 
-    Returns a list of ``n_layers + 1`` lists (one per layer, embedding layer first), each of
-    ``k`` strings, most likely first. Each string is ``tokenizer.decode([token_id])``, which
+    ``torch.topk(lens[:, position], k, dim=-1).indices`` is ``(n_layers + 1, k)``: the ids of each
+    layer's ``k`` largest log-probabilities. Each becomes ``tokenizer.decode([token_id])``, which
     keeps the token's leading space (``" insect"``, not ``"insect"`` or ``"Ġinsect"``).
 
-    Hint: ``torch.topk(lens[:, position], k, dim=-1).indices`` is ``(n_layers + 1, k)``.
+    Returns a list of ``n_layers + 1`` lists (one per layer, embedding layer first), each of ``k``
+    strings, most likely first. Raises ``IndexError`` naming the valid range if ``position`` is not
+    one of the positions of ``lens`` (``kata.token_index(position, P, "position")``).
 
-    Measured on SmolLM2 with the Kafka text, last position: the top token is "," at 23 of the
-    31 layers, so the lens is nearly blind until the last blocks; the output's top 5 are
-    ",", " spider", " creature", " dragon", " human".
+    Hint: Each layer's k largest log-probabilities at that position, turned into text.
+
+    On the models: on SmolLM2 with the Kafka text, last position, the top token is "," at 23 of the
+    31 layers; the output's top 5 are ",", " spider", " creature", " dragon", " human".
 
     Post: figure 10's list of likely next tokens, for every layer.
     """
     lens = torch.as_tensor(lens)
+    position = kata.token_index(position, lens.shape[1], "position")  # IndexError if none
     top = torch.topk(lens[:, position], k, dim=-1).indices  # (n_layers + 1, k)
     return [[tokenizer.decode([token_id]) for token_id in layer] for layer in top.tolist()]
 
@@ -199,21 +197,24 @@ def _layer_names(n_hidden_states):
 def plot_logit_lens(lens, tokenizer, input_ids):
     """The classic logit-lens picture: rows are layers, columns are positions.
 
-    ``lens``: ``logit_lens`` for every position of ``input_ids``, ``(n_layers + 1, T,
+    ``lens`` is ``logit_lens`` for every position of ``input_ids``, ``(n_layers + 1, T,
     vocab_size)``. Draw with ``ax.imshow`` an image whose row ``i``, column ``t`` is the top
     log-probability of layer ``i`` at position ``t`` (array shape ``(n_layers + 1, T)``), with
-    ``origin="lower"`` so the output is at the top, a colorbar, and in every cell the top
-    token's text (``tokenizer.decode``, cut to 8 characters) with ``ax.text(t, i, ...)``.
-    Label the columns with the input tokens (position ``t`` predicts what follows token ``t``),
-    the rows ``"Emb", "L0", "L1", ...``, the x axis "Input token", the y axis "Layer".
-
-    It must stay legible for 31 layers: make the figure about 0.3 inch per layer tall and about
-    0.8 inch per position wide, with small (about 7 point) cell texts.
+    ``origin="lower"``: imshow puts row 0 at the top unless told otherwise, and the output should
+    be the top row, the layers climbing towards it. Add a colorbar, and in every cell the top
+    token's text (``tokenizer.decode``, cut to 8 characters) with ``ax.text(t, i, ...)``. Label the
+    columns with the input tokens (position ``t`` predicts what follows token ``t``), the rows
+    ``"Emb", "L0", "L1", ...``, the x axis "Input token", the y axis "Layer". ``top =
+    lens.max(dim=-1)`` gives both the values (the colours) and the indices (the texts); the maximum
+    is over the vocabulary, the last dimension.
 
     Returns the ``matplotlib.figure.Figure``.
 
-    Hint: ``top = lens.max(dim=-1)`` gives both the values (the colours) and the indices (the
-    texts), each ``(n_layers + 1, T)``; the maximum is over the vocabulary, the last dimension.
+    Hint: lens.max(dim=-1) gives the colours (values) and the texts (indices), both (n_layers + 1,
+    T).
+
+    On the models: it must stay legible for SmolLM2's 31 layers: make the figure about 0.3 inch per
+    layer tall and about 0.8 inch per position wide, with small (about 7 point) cell texts.
 
     Post: the figure the logit lens is known for (nostalgebraist, 2020).
     """
@@ -243,17 +244,17 @@ def plot_logit_lens(lens, tokenizer, input_ids):
 def plot_rank_by_layer(ranks_by_text):
     """The median rank of the true next token per layer, one line per text, on a log axis.
 
-    ``ranks_by_text``: a dict ``{label: ranks}`` with ``ranks`` from ``true_token_ranks``,
-    shape ``(n_layers + 1, T - 1)``, e.g. ``{"penguin": ..., "Kafka": ...}``. For each text
-    draw one line (``ax.plot``) with ``x = 0 .. n_layers`` and ``y = median rank + 1`` (a log
-    axis cannot show 0, so the top token is drawn at 1), labelled with the text's label
-    (``label=``, then ``ax.legend()``). Use a log y-axis (``ax.set_yscale("log")``), the x ticks
-    ``"Emb", "L0", "L1", ...``, the y label "Median rank of the true next token (1 = top)", the
-    x label "Layer".
+    ``ranks_by_text`` is a dict ``{label: ranks}`` with ``ranks`` from ``true_token_ranks``, shape
+    ``(n_layers + 1, T - 1)``, e.g. ``{"penguin": ..., "Kafka": ...}``. For each text draw one line
+    (``ax.plot``) with ``x = 0 .. n_layers`` and ``y = median rank + 1`` (a log axis cannot show 0,
+    so the top token is drawn at 1; ``ranks.float().median(dim=1).values`` is ``(n_layers + 1,)``),
+    labelled with the text's label (``label=``, then ``ax.legend()``). Use a log y-axis
+    (``ax.set_yscale("log")``), the x ticks ``"Emb", "L0", "L1", ...``, the y label "Median rank of
+    the true next token (1 = top)", the x label "Layer".
 
     Returns the ``matplotlib.figure.Figure``.
 
-    Hint: ``ranks.float().median(dim=1).values`` is ``(n_layers + 1,)``.
+    Hint: One ax.plot per text, with label=, and ax.set_yscale('log').
 
     Post: a summary of ``plot_logit_lens`` for the penguin and Kafka texts of demos 1 and 3.
     """

@@ -12,27 +12,25 @@ never from ``solutions/``.
 * first-dependency checks: :func:`learner_call` (a library error raised inside another of the
   learner's functions is reported as that function's fault);
 * reference computations: :func:`reference_hidden_states`, :func:`reference_raw_last_block`,
-  :func:`cosine_matrix`, :func:`computed_once`; and, shared with the grader's answer probes
-  from ``kata/reference.py``, :func:`reference_logits`, :func:`reference_log_probs`,
-  :func:`scaled_block_log_probs`;
+  :func:`cosine_matrix`, :func:`computed_once`; and, from ``kata/reference.py``,
+  :func:`reference_logits`, :func:`reference_log_probs`, :func:`scaled_block_log_probs`;
 * figures: :func:`drawn_points` (the points drawn on an axes, by any artist);
-* fake models: :class:`ToyBlock`, :class:`ToyModel`, :class:`TensorBlock`, :class:`TupleBlock`.
+* fake models: :class:`ToyBlock`, :class:`ToyModel`, :class:`TensorBlock`, :class:`TupleBlock`;
+  :class:`CallOnlyTokenizer` (a real tokenizer without ``encode``), all from ``kata/toys.py``.
 """
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 import kata
 from kata.compat import block_hidden
 from kata.diagnosis import diagnose
-from kata.reference import (  # noqa: F401 (shared with kata/grading/probes.py)
+from kata.reference import (  # noqa: F401 (the tests import them from here)
     reference_log_probs,
     reference_logits,
     scaled_block_log_probs,
@@ -115,8 +113,8 @@ def raises_clearly(error_type, call, situation: str, hint: str, diagnosis: str) 
         raise
     except error_type as error:
         if "out of bounds for dimension" in str(error):  # torch's own, not the learner's check
-            diagnose(diagnosis, f"{situation}: the IndexError is torch's own ({error}), which names "
-                     f"no valid range in the learner's terms. {hint}")
+            diagnose(diagnosis, f"{situation}: the IndexError is torch's own ({error}), which does "
+                     f"not name the valid range the way your function's own check would. {hint}")
         return str(error)
     except Exception as error:  # noqa: BLE001 - any other error is the learner's bug to read about
         diagnose(diagnosis, f"{situation}: expected a {error_type.__name__} with a clear message, "
@@ -244,81 +242,16 @@ def line_points(ax) -> list[np.ndarray]:
 
 # ----------------------------------------------------------------------------- fake models
 
-
-class ToyForwardError(Exception):
-    """Raised on purpose by a fake model's forward pass."""
-
-
-class ToyBlock(nn.Module):
-    """A block that returns a tensor ``(1, T, 4)`` or a tuple with it first."""
-
-    def __init__(self, returns_tuple: bool):
-        super().__init__()
-        self.linear = nn.Linear(4, 4)
-        self.returns_tuple = returns_tuple
-
-    def forward(self, x):
-        y = x + self.linear(x)
-        return (y, None) if self.returns_tuple else y
-
-
-class ToyModel(nn.Module):
-    """Just enough of a GPT-2-shaped model for kata.blocks, kata.final_norm, kata.context_length.
-
-    Its blocks return a tuple (like GPT-2's before transformers 5.3) or a plain tensor (like
-    GPT-2's from 5.3 on and Llama's), whichever transformers version runs the tests.
-    """
-
-    def __init__(self, returns_tuple: bool, fails: bool = False):
-        super().__init__()
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            self.config = SimpleNamespace(n_positions=16)
-            self.transformer = nn.Module()
-            self.transformer.wte = nn.Embedding(20, 4)
-            self.transformer.h = nn.ModuleList([ToyBlock(returns_tuple) for _ in range(2)])
-            self.transformer.ln_f = nn.LayerNorm(4)
-        self.fails = fails
-
-    @property
-    def device(self):
-        return self.transformer.wte.weight.device
-
-    def get_input_embeddings(self):
-        return self.transformer.wte
-
-    def forward(self, input_ids=None, attention_mask=None, output_hidden_states=False, **kwargs):
-        if self.fails:
-            raise ToyForwardError("the toy model's forward pass fails on purpose")
-        x = self.transformer.wte(input_ids)
-        hidden_states = [x]
-        for block in self.transformer.h:
-            x = block_hidden(block(x))
-            hidden_states.append(x)
-        hidden_states[-1] = self.transformer.ln_f(x)  # as real models do
-        return SimpleNamespace(
-            logits=hidden_states[-1],  # a real model would unembed; no test reads the logits
-            hidden_states=tuple(hidden_states) if output_hidden_states else None,
-            last_block_output=x,
-        )
-
-
-class TensorBlock(nn.Module):
-    """Stands in for a block that returns a tensor (GPT-2 from transformers 5.3, Llama)."""
-
-    def forward(self, x):
-        return 2 * x
-
-
-class TupleBlock(nn.Module):
-    """Stands in for a block that returns a tuple (GPT-2 up to transformers 5.2)."""
-
-    def __init__(self):
-        super().__init__()
-        self.extra = torch.arange(3.0)  # stands for the tuple's other elements (e.g. a cache)
-
-    def forward(self, x):
-        return (2 * x, self.extra)
+# The fake models live in kata/toys.py: the grader sends them by value to the sandbox that runs the
+# learner's code, which must know their classes.
+from kata.toys import (  # noqa: E402,F401
+    CallOnlyTokenizer,
+    TensorBlock,
+    ToyBlock,
+    ToyForwardError,
+    ToyModel,
+    TupleBlock,
+)
 
 
 @pytest.fixture

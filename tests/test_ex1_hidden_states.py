@@ -27,6 +27,7 @@ import kata  # noqa: E402
 from kata.diagnosis import diagnose  # noqa: E402
 from kata.hooks import hook_snapshot  # noqa: E402
 from tests.support import (  # noqa: E402
+    CallOnlyTokenizer,
     ToyForwardError,
     ToyModel,
     check_close,
@@ -45,7 +46,7 @@ TINY_SUMMARY = {"n_layers": 4, "d_model": 64, "n_heads": 4, "vocab_size": 50257}
 SMOLLM2_SUMMARY = {"n_layers": 30, "d_model": 576, "n_heads": 9, "vocab_size": 49152}
 GPT2_SUMMARY = {"n_layers": 12, "d_model": 768, "n_heads": 12, "vocab_size": 50257}
 
-FIGURE_TOKEN = 6  # " Penguins" in GPT-2's tokenization of the Penguin sentence
+FIGURE_TOKEN = 8  # " cute" in GPT-2's tokenization of the Penguin sentence: the post's figure 6
 
 
 # ----------------------------------------------------------------------------- reference values
@@ -182,6 +183,14 @@ def check_dtype_device_and_graph(hidden) -> None:
     ))
 
 
+def check_float32_on_cpu(value, function: str) -> None:
+    """The docstring's promise: a float32 tensor on the CPU (after the values are checked)."""
+    expect(value.dtype == torch.float32, "output-not-float32",
+           f"your {function} returned {value.dtype}, expected torch.float32 (use .float())")
+    expect(value.device.type == "cpu", "output-not-on-cpu",
+           f"your {function} returned a tensor on {value.device}, expected the CPU (use .cpu())")
+
+
 def check_same_hidden_states(actual, expected, model_name: str) -> None:
     differing = [i for i in range(len(expected)) if not close(actual[i], expected[i], 1e-4)]
     if not differing:
@@ -250,7 +259,16 @@ def test_model_summary_reads_llama_style_config(ex, smollm2):
 
 def test_tokenize_gives_input_ids_and_attention_mask(ex, tiny_gpt2):
     _, tokenizer = tiny_gpt2
-    tokens = ex.tokenize(tokenizer, kata.PENGUIN_TEXT)
+    try:  # the tokenizer object itself, called as the post does: it has no encode here
+        tokens = ex.tokenize(CallOnlyTokenizer(tokenizer), kata.PENGUIN_TEXT)
+    except AttributeError as error:
+        if CallOnlyTokenizer.ENCODE_MESSAGE not in str(error):
+            raise
+        diagnose("tokenize-uses-encode", (
+            "your tokenize calls tokenizer.encode, which gives a plain list of ids: call the "
+            "tokenizer object itself, tokenizer(text, return_tensors='pt'), which gives the "
+            "input_ids and the attention_mask together, already as (1, T) tensors (the post's "
+            "figure 4). The tokenizer this test passes can only be called"))
     expected_ids = torch.tensor([tokenizer(kata.PENGUIN_TEXT)["input_ids"]])  # (1, T)
     expect(isinstance(tokens, Mapping), "tokenize-not-a-mapping", (
         f"tokenize should return a mapping with 'input_ids' and 'attention_mask', got "
@@ -377,6 +395,7 @@ def test_embedding_layer_output_is_hidden_state_0_on_tiny_gpt2(ex, tiny_gpt2, ti
     model, _ = tiny_gpt2
     output = ex.embedding_layer_output(model, tiny_reference.tokens["input_ids"])
     check_embedding_layer(output, tiny_reference, 64, "tiny-gpt2")
+    check_float32_on_cpu(output, "embedding_layer_output")
 
 
 @pytest.mark.trained
@@ -441,6 +460,7 @@ def test_raw_last_block_output_is_the_last_hidden_state_before_the_final_norm(
         "register_forward_hook returns and call handle.remove() in a finally block"
     ))
     check_raw_output(raw, tiny_reference, model, "tiny-gpt2")
+    check_float32_on_cpu(raw, "raw_last_block_output")
 
 
 @pytest.mark.trained
@@ -576,7 +596,7 @@ def test_variance_of_a_mid_sentence_token_rises_into_the_middle_layers_on_smollm
 # ----------------------------------------------------------------------------- the figure
 
 
-def draw(ex, reference: Reference, figures, token_index=FIGURE_TOKEN, label=" Penguins"):
+def draw(ex, reference: Reference, figures, token_index=FIGURE_TOKEN, label=" cute"):
     fig = ex.plot_token_activations(reference.hidden, token_index, label)
     if isinstance(fig, Figure):
         figures.append(fig)
@@ -611,8 +631,8 @@ def test_figure_has_two_labelled_panels_with_layer_ticks_and_a_title(ex, tiny_re
         ))
     suptitle = fig.get_suptitle() if hasattr(fig, "get_suptitle") else ""
     titles = " ".join([suptitle] + [ax.get_title() for ax in axes])
-    expect("Penguins" in titles, "figure-title-without-token",
-           f"the title should name the token (' Penguins' here), got {titles.strip()!r}")
+    expect("cute" in titles, "figure-title-without-token",
+           f"the title should name the token (' cute' here), got {titles.strip()!r}")
 
 
 def test_figure_left_panel_dots_are_the_tokens_activations_per_layer(ex, tiny_reference, figures):

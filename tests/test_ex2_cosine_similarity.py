@@ -147,7 +147,7 @@ def similarity_of(ex, vectors: torch.Tensor, call: str = "cosine_similarity_matr
                 f"{call} on ({n}, {d}) vectors failed with a broadcasting error ({error}): "
                 f"the row lengths have shape ({n},), and dividing the ({n}, {d}) vectors by them "
                 f"lines them up with the {d} columns, not the {n} rows; keep the dimension, "
-                "vectors.norm(dim=-1, keepdim=True), to get ({n}, 1)"))
+                f"vectors.norm(dim=-1, keepdim=True), to get ({n}, 1)"))
         raise
 
 
@@ -344,7 +344,38 @@ def check_every_index(ex, function: str, hidden: torch.Tensor, axis: int, hint: 
         check_shape(check_tensor(got, function), (len(vectors),) * 2,
                     f"{name} for hidden states of shape {tuple(hidden.shape)}", hint,
                     diagnosis=diagnosis)
+        check_index_not_shifted(got, hidden, index, axis, function)
         check_similarity(got, vectors, name)
+
+
+# axis: (what the index counts, the diagnosis id of an index shifted by one, the right selection)
+SHIFTED_INDEX = {
+    0: ("layer", "similarity-layer-off-by-one",
+        "hidden_states[layer] is that layer as it is: index 0 is already the embedding layer"),
+    1: ("token", "similarity-token-off-by-one",
+        "hidden_states[:, token_index, :] is that token as it is: index 0 is the first token"),
+}
+
+
+def check_index_not_shifted(got, hidden: torch.Tensor, index: int, axis: int,
+                            function: str) -> None:
+    """``function(hidden, index)`` must not be the matrix of a neighbouring index (index + 1 or
+    index - 1): your cosine_similarity_matrix is right, the index you hand it is not."""
+    got = got.detach().float().cpu()
+    vectors = hidden[:, index] if axis == 1 else hidden[index]
+    if close(got, reference_similarity(vectors)):
+        return
+    what, id, advice = SHIFTED_INDEX[axis]
+    for shifted in (index + 1, index - 1):
+        if not 0 <= shifted < hidden.shape[axis] or shifted == index:
+            continue
+        neighbour = hidden[:, shifted] if axis == 1 else hidden[shifted]
+        if close(got, reference_similarity(neighbour)):
+            diagnose(id, (
+                f"your {function}(hidden_states, {index}) returned the matrix of {what} "
+                f"{shifted}, not of {what} {index}: the similarities themselves are right, the "
+                f"{what} index is shifted by {shifted - index:+d}. {advice}, so use the index "
+                f"unchanged (no + 1 or - 1)"))
 
 
 def test_layer_similarity_compares_one_token_across_layers(ex, tiny):
@@ -443,6 +474,24 @@ def test_laminar_profile_keeps_pairs_with_equal_similarity(ex):
 # --------------------------------------------------------------------------- figures
 
 
+def draw(ex, function: str, hidden, chosen: list, *args, **kwargs):
+    """``ex.<function>(hidden, chosen, ...)``; the error of a one-panel figure explained.
+
+    ``plt.subplots(1, n)`` returns an array of axes for n > 1 but a single ``Axes`` for n = 1,
+    so ``axes[k]`` (or ``for ax in axes``) fails only when one panel is asked for.
+    """
+    try:
+        return getattr(ex, function)(hidden, chosen, *args, **kwargs)
+    except TypeError as error:
+        if len(chosen) == 1 and "'Axes' object" in str(error):
+            diagnose("one-panel-single-axes", (
+                f"your {function} failed for a single panel ({chosen}) with {error!r}: "
+                "plt.subplots(1, 1) returns one Axes, not an array of them, so it cannot be "
+                "indexed or looped over. Ask for an array every time with "
+                "plt.subplots(1, n, squeeze=False) and use axes[0][k]"))
+        raise
+
+
 def image_panels(fig) -> list:
     """The axes that show an image (a colour bar's axes shows none)."""
     return [ax for ax in fig.axes if ax.images]
@@ -489,7 +538,7 @@ def has_colour_bar(panels) -> bool:
 
 def test_layer_figure_panels_show_the_token_in_their_title(ex, tiny, tmp_path):
     indices = [0, 3, 6, 9]  # like the post: linspace(0, T - 1, 4)
-    panels = panels_of(ex.plot_layer_similarity(tiny.hidden, indices, tiny.labels),
+    panels = panels_of(draw(ex, "plot_layer_similarity", tiny.hidden, indices, tiny.labels),
                        "plot_layer_similarity", len(indices), "token", "layer-figure")
     fig = panels[0].figure
     for k, (ax, token) in enumerate(zip(panels, indices)):
@@ -504,7 +553,7 @@ def test_layer_figure_panels_show_the_token_in_their_title(ex, tiny, tmp_path):
 
 
 def test_layer_figure_colours_axes_and_colour_bar(ex, tiny):
-    fig = ex.plot_layer_similarity(tiny.hidden, [1, 2], tiny.labels)
+    fig = draw(ex, "plot_layer_similarity", tiny.hidden, [1, 2], tiny.labels)
     panels = image_panels(fig)
     expect(len(panels) == 2, "layer-figure-panel-count-wrong",
            f"expected one image panel per token (2), got {len(panels)}")
@@ -524,7 +573,7 @@ def test_layer_figure_colours_axes_and_colour_bar(ex, tiny):
     expect(has_colour_bar(panels), "layer-figure-colour-bar-missing",
            "the figure needs a colour bar: fig.colorbar(image, ax=...)")
     plt.close(fig)
-    fig = ex.plot_layer_similarity(tiny.hidden, [1], tiny.labels, vmin=0.0, vmax=0.9)
+    fig = draw(ex, "plot_layer_similarity", tiny.hidden, [1], tiny.labels, vmin=0.0, vmax=0.9)
     clim = image_panels(fig)[0].images[0].get_clim()
     expect(tuple(clim) == pytest.approx((0.0, 0.9)), "layer-figure-ignores-vmin-vmax", (
         "plot_layer_similarity(..., vmin=0.0, vmax=0.9) should use those colour limits, "
@@ -533,7 +582,7 @@ def test_layer_figure_colours_axes_and_colour_bar(ex, tiny):
 
 def test_token_figure_panels_show_the_layer_in_their_title(ex, tiny, tmp_path):
     layers = [0, 1, 3, 4]  # like the post: linspace(0, n_layers, 4), rounded
-    panels = panels_of(ex.plot_token_similarity(tiny.hidden, layers, tiny.labels),
+    panels = panels_of(draw(ex, "plot_token_similarity", tiny.hidden, layers, tiny.labels),
                        "plot_token_similarity", len(layers), "layer", "token-figure")
     fig = panels[0].figure
     for k, (ax, layer) in enumerate(zip(panels, layers)):
@@ -546,7 +595,7 @@ def test_token_figure_panels_show_the_layer_in_their_title(ex, tiny, tmp_path):
 
 
 def test_token_figure_tick_labels_colours_and_colour_bar(ex, tiny):
-    fig = ex.plot_token_similarity(tiny.hidden, [2], tiny.labels)
+    fig = draw(ex, "plot_token_similarity", tiny.hidden, [2], tiny.labels)
     panels = image_panels(fig)
     expect(len(panels) == 1, "token-figure-panel-count-wrong",
            f"expected one image panel per layer (1), got {len(panels)}")
@@ -570,7 +619,7 @@ def test_token_figure_tick_labels_colours_and_colour_bar(ex, tiny):
     expect(has_colour_bar(panels), "token-figure-colour-bar-missing",
            "the figure needs a colour bar: fig.colorbar(image, ax=...)")
     plt.close(fig)
-    fig = ex.plot_token_similarity(tiny.hidden, [2], tiny.labels, vmin=-1.0, vmax=1.0)
+    fig = draw(ex, "plot_token_similarity", tiny.hidden, [2], tiny.labels, vmin=-1.0, vmax=1.0)
     clim = image_panels(fig)[0].images[0].get_clim()
     expect(tuple(clim) == pytest.approx((-1.0, 1.0)), "token-figure-ignores-vmin-vmax", (
         "plot_token_similarity(..., vmin=-1.0, vmax=1.0) should use those colour limits, "
@@ -580,7 +629,17 @@ def test_token_figure_tick_labels_colours_and_colour_bar(ex, tiny):
 def test_laminar_figure_dots_and_mean_line_equal_the_profile(ex, tiny, tmp_path):
     profile = reference_profile(tiny.hidden)  # (5, 36)
     n_layers_plus_1, n_pairs = profile.shape
-    fig = ex.plot_laminar_profile(profile)
+    try:
+        fig = ex.plot_laminar_profile(profile)
+    except ValueError as error:
+        if "same first dimension" in str(error):  # matplotlib: ax.plot(x, y) of unequal lengths
+            diagnose("laminar-mean-over-layers", (
+                f"your plot_laminar_profile failed drawing a line with {error!r}: for a profile "
+                f"of shape ({n_layers_plus_1}, {n_pairs}) the mean line needs one mean per layer "
+                f"({n_layers_plus_1} values), profile.mean(dim=1), the average over the pairs; "
+                f"profile.mean(dim=0) averages over the layers and gives {n_pairs} values, one "
+                "per pair"))
+        raise
     check_figure(fig, "plot_laminar_profile")
     axes = [ax for ax in fig.axes if drawn_points(ax, marked_only=True)]
     expect(len(axes) == 1, "laminar-figure-axes-wrong",

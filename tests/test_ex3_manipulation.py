@@ -173,7 +173,9 @@ def test_target_token_id_rejects_a_word_of_several_tokens(ex, tiny_gpt2, word):
     try:
         token_id = ex.target_token_id(tokenizer, word)
     except ValueError as error:
-        missing = [piece for piece in pieces if piece.strip() not in str(error)]
+        # the pieces themselves, not the word that contains them: "in" and "sect" are in "insect"
+        rest = str(error).replace(word.strip(), "")
+        missing = [piece for piece in pieces if piece.strip() not in rest]
         expect(not missing, "target-error-without-pieces", (
             f"the ValueError for {word!r} should list the pieces the tokenizer made, {pieces}; "
             f"its message {str(error)!r} does not mention {missing}"))
@@ -333,6 +335,10 @@ def test_top_next_tokens_matches_topk(ex, tiny_gpt2, kafka_ids, kafka_logits):
             "top-tokens-first-position",
             "these are the top tokens of the first position's logits; use the last position"
         )
+    if texts != expected_texts and texts == [text.strip() for text in expected_texts]:
+        diagnose("top-token-text-without-leading-space", (
+            "your token texts lost their leading space: tokenizer.decode([token_id]) gives "
+            f"{expected_texts[0]!r}, and the space is part of the token; do not strip it"))
     expect(texts == expected_texts, "top-tokens-wrong", (
         f"expected the tokens {expected_texts[:5]}... (torch.topk of the last position's logits), "
         f"got {texts[:5]}..."))

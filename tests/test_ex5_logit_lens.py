@@ -30,6 +30,7 @@ from matplotlib.figure import Figure  # noqa: E402
 import kata  # noqa: E402
 from kata.diagnosis import diagnose  # noqa: E402
 from tests.support import (  # noqa: E402
+    check_message_names,
     check_shape,
     check_tensor,
     computed_once,
@@ -93,6 +94,15 @@ def next_token_bounds(lens, ids, offset=1):
     ids = ids.reshape(-1)
     chosen = ids[offset:len(ids) - 1 + offset] if offset else ids[:-1]
     return rank_bounds(lens[:, :-1], chosen[None, :].expand(lens.shape[0], -1))
+
+
+def pairing_bounds(lens, ids, lens_from: int, ids_from: int):
+    """Rank bounds of token ``t + ids_from`` in the lens row of position ``t + lens_from``, for
+    t = 0 .. T - 2 (``lens_from`` and ``ids_from`` are 0 or 1)."""
+    ids = ids.reshape(-1)
+    n = len(ids) - 1
+    chosen = ids[ids_from:ids_from + n][None, :].expand(lens.shape[0], -1)
+    return rank_bounds(lens[:, lens_from:lens_from + n], chosen)
 
 
 def layer_names(n):
@@ -279,24 +289,39 @@ def test_logit_lens_reads_a_single_position(ex, lens_model, tiny):
     assert close(lens[:, 0], tiny["lens"][:, -1]), "logit_lens(..., positions=[-1]) is not the last position"
 
 
-@pytest.mark.parametrize("case", ["no embedding layer", "a batch dimension", "position out of range"])
+@pytest.mark.parametrize("case", ["no embedding layer", "a batch dimension"])
 def test_logit_lens_rejects_bad_input(ex, lens_model, tiny, case):
     hidden = tiny["hidden"]
-    n_tokens = hidden.shape[1]
     arguments = {
         "no embedding layer": (hidden[1:], None),
         "a batch dimension": (hidden[:, None], None),
-        "position out of range": (hidden, [0, n_tokens]),
     }[case]
     why = {
         "no embedding layer": "hidden_states must hold n_layers + 1 states, the embedding layer first",
         "a batch dimension": "hidden_states is (n_layers + 1, T, d_model), without a batch dimension",
-        "position out of range": f"the text has {n_tokens} tokens, so position {n_tokens} does not exist",
     }[case]
     # The docstring promises a ValueError: torch's own IndexError (or a shape error) is no check.
     raises_clearly(ValueError, lambda: ex.logit_lens(lens_model, *arguments),
                    f"logit_lens with {case}", f"Check the input first: {why}.",
                    "lens-input-not-checked")
+
+
+def check_bad_position(ex, call, n_positions: int, situation: str, diagnosis: str) -> None:
+    """A position that is not one of ``n_positions`` raises IndexError naming the valid range,
+    the kata's one rule for positions (``kata.token_index``)."""
+    message = raises_clearly(
+        IndexError, call, situation,
+        f"Check the position first: kata.token_index(position, {n_positions}, 'position') raises "
+        "the IndexError and names the valid range.", diagnosis)
+    check_message_names(message, [str(n_positions - 1)], f"{diagnosis}-range-not-named",
+                        f"name the valid range of positions (-{n_positions}..{n_positions - 1})")
+
+
+def test_logit_lens_rejects_a_position_out_of_range(ex, lens_model, tiny):
+    n_tokens = tiny["hidden"].shape[1]
+    check_bad_position(ex, lambda: ex.logit_lens(lens_model, tiny["hidden"], [0, n_tokens]),
+                       n_tokens, f"logit_lens with positions [0, {n_tokens}] for {n_tokens} tokens",
+                       "lens-position-not-checked")
 
 
 # ----------------------------------------------------------------------------- ranks
@@ -308,7 +333,8 @@ def test_true_token_ranks(ex, tiny):
     n_hidden, n_tokens = lens.shape[:2]
     check_shape(ranks, (n_hidden, n_tokens - 1), "true_token_ranks",
                 "(n_layers + 1, T - 1): the last position has no next token to check")
-    assert not ranks.dtype.is_floating_point, f"ranks are whole numbers, got {ranks.dtype}"
+    expect(ranks.dtype == torch.int64, "ranks-not-int64",
+           f"your true_token_ranks returned {ranks.dtype}: ranks are counts, int64 tensors")
     ranks = ranks.cpu().long()
     bounds = next_token_bounds(lens, ids)
     if within(ranks, bounds):
@@ -321,6 +347,16 @@ def test_true_token_ranks(ex, tiny):
         diagnose("rank-current-token",
                  "these are the ranks of the current token: position t predicts the *next* "
                  "token, so pair lens[:, t] with input_ids[t + 1]")
+    for lens_from, ids_from in ((1, 1), (1, 0)):  # the lens shifted instead of the tokens
+        if within(ranks, pairing_bounds(lens, ids, lens_from, ids_from)):
+            lens_part = "lens[:, 1:]" if lens_from else "lens[:, :-1]"
+            ids_part = "input_ids[1:]" if ids_from else "input_ids[:-1]"
+            diagnose("rank-next-token-shift", (
+                f"your true_token_ranks pairs {lens_part} with {ids_part}, so the prediction "
+                f"made at position t + {lens_from} is checked against token t + {ids_from}. "
+                "Position t predicts the token that follows it, token t + 1: shift the tokens, "
+                "not the lens, and pair lens[:, :-1] (positions 0 .. T - 2) with input_ids[1:] "
+                "(tokens 1 .. T - 1)"))
     vocab_size = lens.shape[-1]
     if within(vocab_size - 1 - ranks, bounds):
         diagnose("rank-counts-lower",
@@ -328,12 +364,13 @@ def test_true_token_ranks(ex, tiny):
                  "log-probability, so that 0 is the top")
     low, high = bounds
     wrong = ((ranks < low) | (ranks > high)).nonzero()[0].tolist()
-    pytest.fail(
-        f"true_token_ranks is wrong in {int(((ranks < low) | (ranks > high)).sum())} places; e.g. "
-        f"layer {wrong[0]}, position {wrong[1]}: expected {int(low[tuple(wrong)])} (the number of "
-        f"tokens with a higher log-probability than token {int(ids[0, wrong[1] + 1])}), got "
-        f"{int(ranks[tuple(wrong)])}"
-    )
+    diagnose("rank-wrong", (
+        f"your true_token_ranks is wrong in {int(((ranks < low) | (ranks > high)).sum())} of "
+        f"{ranks.numel()} places; e.g. layer {wrong[0]}, position {wrong[1]}: expected "
+        f"{int(low[tuple(wrong)])}, got {int(ranks[tuple(wrong)])}. At position t the true token "
+        f"is the next one, input_ids[t + 1] (here token {int(ids[0, wrong[1] + 1])}), and its "
+        "rank is the number of tokens whose log-probability in lens[layer, t] is strictly "
+        "higher than its own"))
 
 
 def test_true_token_ranks_rejects_a_lens_of_selected_positions(ex, tiny):
@@ -364,6 +401,8 @@ def test_target_rank_by_layer(ex, tiny):
     target = 12833  # " insect"
     ranks = check_tensor(ex.target_rank_by_layer(tiny["lens"], target), "target_rank_by_layer")
     check_shape(ranks, (tiny["lens"].shape[0],), "target_rank_by_layer", "one rank per layer")
+    expect(ranks.dtype == torch.int64, "ranks-not-int64",
+           f"your target_rank_by_layer returned {ranks.dtype}: ranks are counts, int64 tensors")
     ranks = ranks.cpu().long()
     n_hidden = tiny["lens"].shape[0]
     bounds = rank_bounds(tiny["lens"][:, -1], torch.full((n_hidden,), target))
@@ -386,6 +425,13 @@ def test_target_rank_by_layer_rejects_a_bad_target(ex, tiny):
                    f"target_rank_by_layer with target_id {bad} (the vocabulary has {bad - 3} tokens)",
                    "Check target_id first (kata.token_id(target_id, vocab_size) does).",
                    "lens-target-id-not-checked")
+
+
+def test_target_rank_by_layer_rejects_a_position_out_of_range(ex, tiny):
+    n_positions = tiny["lens"].shape[1]
+    check_bad_position(ex, lambda: ex.target_rank_by_layer(tiny["lens"], 12833, n_positions),
+                       n_positions, f"target_rank_by_layer with position {n_positions} of "
+                       f"{n_positions}", "target-rank-position-not-checked")
 
 
 # ----------------------------------------------------------------------------- top tokens
@@ -428,6 +474,14 @@ def test_top_tokens_by_layer_position_and_k(ex, tiny_gpt2, tiny):
     )
 
 
+def test_top_tokens_by_layer_rejects_a_position_out_of_range(ex, tiny_gpt2, tiny):
+    _, tokenizer = tiny_gpt2
+    n_positions = tiny["lens"].shape[1]
+    check_bad_position(ex, lambda: ex.top_tokens_by_layer(tiny["lens"], tokenizer, -n_positions - 1),
+                       n_positions, f"top_tokens_by_layer with position {-n_positions - 1} of "
+                       f"{n_positions}", "top-tokens-position-not-checked")
+
+
 # ----------------------------------------------------------------------------- the lens picture
 
 
@@ -463,6 +517,14 @@ def test_plot_logit_lens_colours_and_texts(ex, tiny_gpt2, tiny):
         assert np.allclose(image, expected, atol=1e-4), (
             "the colours should be each cell's top log-probability, lens.max(dim=-1).values"
         )
+        fig.canvas.draw()  # the axes' limits and direction as they are drawn
+        bottom_y = ax.transData.transform((0, 0))[1]  # display y of row 0, the embedding layer
+        top_y = ax.transData.transform((0, n_hidden - 1))[1]  # of the last row, the output
+        expect(top_y > bottom_y, "lens-plot-output-at-bottom", (
+            "in your picture the output (the last hidden state) is the bottom row and the "
+            "embedding layer the top one: imshow puts row 0 at the top unless told otherwise. "
+            "Pass origin='lower' to ax.imshow so that row 0 (Emb) is at the bottom and the "
+            "layers climb towards the output, as the model computes them"))
         cells = {}
         for text in ax.texts:
             x, y = text.get_position()

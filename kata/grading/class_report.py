@@ -60,11 +60,11 @@ STATUS_COLOURS = {
     Status.DONE: "#2e7d32", Status.IN_PROGRESS: "#9ccc65", Status.FAILING: "#ef6c00",
     Status.NOT_STARTED: "#bdbdbd", Status.ERROR: "#c62828", Status.TIMED_OUT: "#6a1b9a",
     Status.CRASHED: "#4e342e", Status.OUT_OF_MEMORY: "#ad1457", Status.MISSING: "#eeeeee",
-    Status.TAMPERED: "#000000", Status.ENVIRONMENT_ERROR: "#1565c0",
+    Status.ENVIRONMENT_ERROR: "#1565c0",
 }
 #: The order of the learners table sorted by status: the most worrying first.
 STATUS_RANK = {status: rank for rank, status in enumerate((
-    Status.TAMPERED, Status.ENVIRONMENT_ERROR, Status.CRASHED, Status.TIMED_OUT,
+    Status.ENVIRONMENT_ERROR, Status.CRASHED, Status.TIMED_OUT,
     Status.OUT_OF_MEMORY, Status.ERROR, Status.MISSING, Status.NOT_STARTED, Status.FAILING,
     Status.IN_PROGRESS, Status.DONE))}
 

@@ -125,9 +125,6 @@ def build_parser() -> Parser:
     batch.add_argument("--canary", action="store_true",
                        help="grade the reference solutions once, in the sandbox, before the "
                             "batch; stop unless they get full marks")
-    batch.add_argument("--no-probes", action="store_true",
-                       help="do not check the test reports against the answer probes (for a "
-                            "kata whose exercises are not the shipped ones)")
 
     reset = commands.add_parser("reset", help="restore exercise N's untouched stub")
     reset.add_argument("exercise", metavar="N", help="the exercise: 1, ex1 or its module name")
@@ -225,7 +222,6 @@ def _options(args, batch: bool) -> GradingOptions:
     return GradingOptions(timeout=args.timeout, memory_limit_mb=memory,
                           keep=getattr(args, "keep", False),
                           sandbox=batch and not getattr(args, "no_sandbox", False),
-                          probes=not getattr(args, "no_probes", False),
                           lanes=max(0, getattr(args, "lanes", 0) or 0))
 
 
@@ -358,8 +354,15 @@ def batch(args, root: Path, exercises) -> int:
         class_report.finish(results)
     print()
     print(reports.batch_table(results))
-    print(f"\n{len(results)} submission(s) graded in {time.monotonic() - started:.1f} s "
-          f"({reports.describe_environment(reports.environment(results[0] if results else None))})")
+    graded = [r for r in results if not r.interrupted]
+    print(f"\n{len(graded)} submission(s) graded in {time.monotonic() - started:.1f} s "
+          f"({reports.describe_environment(reports.environment(graded[0] if graded else None))})")
+    from .runner import stopping
+
+    if stopping():
+        print(f"grader.py: interrupted: {len(graded)} of {len(results)} submission(s) graded; "
+              "the others are listed as not graded", file=sys.stderr)
+        return 130
     return 0
 
 

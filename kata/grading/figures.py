@@ -1,5 +1,5 @@
-"""Drawing the post's figures 6 to 11, and exercise 5's logit-lens figures 12 and 13, with the
-learner's own functions.
+"""Drawing the post's figures 6 to 11, exercise 5's logit-lens figures 12 and 13, and the
+patching figures 14 (exercise 6) and 15 (exercise 7), with the learner's own functions.
 
 ``python grader.py figures DIR`` runs this module in a child process (so an endless loop in an
 exercise cannot hang the grader) which loads the chosen model once and, for each figure, calls
@@ -8,7 +8,8 @@ of the penguin sentence) are computed here directly from the model, so that each
 only on the functions of its own exercise. A figure whose function is not written yet (it raises
 ``NotImplementedError``) is skipped, and the output says so. Each figure is saved with a tight
 bounding box; the output says what it should show on the model in use (the manifest's
-``[exercise.expect.<recipe>]``), warns when its labels overlap or are cut off, and, for a
+``[exercise.expect.<recipe>]``), warns when its labels collide or are clipped (measured on
+the drawn figure, :func:`legibility_problems`), and, for a
 learner's ``exercises/``, puts the reference solution's drawing beside it
 (``fig06_..._reference.png``) and both into one ``contact_sheet.png``.
 
@@ -79,7 +80,7 @@ def _spread(n: int, count: int) -> list[int]:
 
 def _figure6(f, inputs):
     tokens = inputs.penguin_tokens
-    index = len(tokens) // 2
+    index = kata.figure6_token(tokens)  # the post's ' cute', found by its text
     return f.plot_token_activations(inputs.penguin_hidden_states, index, tokens[index])
 
 
@@ -126,6 +127,39 @@ def _figure13(f, inputs):
     return f.plot_rank_by_layer(ranks)
 
 
+def patching_inputs(inputs):
+    """The patching pair as ``(clean_ids, corrupted_ids, good_id, bad_id)`` and the tokens to
+    label them with (``"iffel/osse"`` where the two prompts differ)."""
+    tokenizer = inputs.tokenizer
+    clean, corrupted = inputs.ids(kata.CLEAN_PROMPT), inputs.ids(kata.CORRUPTED_PROMPT)
+    good = tokenizer(kata.CLEAN_ANSWER, add_special_tokens=False)["input_ids"][0]
+    bad = tokenizer(kata.CORRUPTED_ANSWER, add_special_tokens=False)["input_ids"][0]
+    labels = []
+    for a, b in zip(clean[0].tolist(), corrupted[0].tolist()):
+        a, b = tokenizer.decode([a]), tokenizer.decode([b])
+        labels.append(a if a == b else f"{a}/{b}")
+    return (clean, corrupted, good, bad), labels
+
+
+def _figure14(f, inputs):
+    args, labels = patching_inputs(inputs)
+    return f.plot_patching_effect(f.fast_patching_effect(inputs.model, *args), labels)
+
+
+def _figure15(f, inputs):
+    args, labels = patching_inputs(inputs)
+    # The exact map comes from the reference, so that figure 15 depends on exercise 7 alone.
+    exact = _patching_map(inputs, args)
+    return f.plot_estimate_against_exact(exact, f.attribution_patching(inputs.model, *args), labels)
+
+
+def _patching_map(inputs, args):
+    """Exercise 6's exact map for the figure 15 drawing, computed by kata/reference.py."""
+    from kata.reference import patching_reference
+
+    return patching_reference(inputs.model, *args)["effect"].float()
+
+
 DRAWINGS: dict[str, Callable] = {  # recipe -> draw(module, inputs) -> a Figure or text
     "fig06": _figure6,
     "fig07": _figure7,
@@ -135,6 +169,8 @@ DRAWINGS: dict[str, Callable] = {  # recipe -> draw(module, inputs) -> a Figure 
     "fig11": _figure11,
     "fig12": _figure12,
     "fig13": _figure13,
+    "fig14": _figure14,
+    "fig15": _figure15,
 }
 
 
@@ -147,10 +183,23 @@ def planned_figures(exercises: list[Exercise] | None = None) -> list[tuple[Exerc
 
 # --------------------------------------------------------------------------- legibility
 
+#: Two labels collide when they share more than this fraction of the narrower one's width and
+#: height: boxes that merely touch (a rotated label's box has some padding) are still readable.
+OVERLAP_FRACTION = 0.25
+
+
+def _collide(a, b) -> bool:
+    """Whether two display boxes overlap by more than :data:`OVERLAP_FRACTION` both ways."""
+    width = min(a.x1, b.x1) - max(a.x0, b.x0)
+    height = min(a.y1, b.y1) - max(a.y0, b.y0)
+    return (width > OVERLAP_FRACTION * min(a.width, b.width)
+            and height > OVERLAP_FRACTION * min(a.height, b.height))
+
+
 def _overlapping(boxes) -> int:
-    """How many neighbouring boxes (sorted left to right) overlap."""
+    """How many neighbouring boxes (sorted left to right) collide."""
     boxes = sorted(boxes, key=lambda box: box.x0)
-    return sum(1 for left, right in zip(boxes, boxes[1:]) if right.x0 < left.x1 - 0.5)
+    return sum(1 for left, right in zip(boxes, boxes[1:]) if _collide(left, right))
 
 
 def _shown_tick_labels(axis) -> list:
@@ -175,13 +224,40 @@ def _shown_texts(fig) -> list:
     return [t for t in texts if t.get_visible() and str(t.get_text()).strip()]
 
 
+def _axes_texts(ax) -> list:
+    """The texts that belong to one axes' frame: its title, axis labels and tick labels."""
+    texts = [ax.title, ax.xaxis.label, ax.yaxis.label]
+    texts += _shown_tick_labels(ax.xaxis) + _shown_tick_labels(ax.yaxis)
+    return [t for t in texts if t.get_visible() and str(t.get_text()).strip()]
+
+
+def _clipped(text, renderer) -> bool:
+    """Whether ``text`` is drawn clipped: clipping is on and the text passes its clip box."""
+    if not text.get_clip_on() or text.get_clip_box() is None:
+        return False
+    extent, clip = text.get_window_extent(renderer), text.get_clip_box()
+    return (extent.x0 < clip.x0 - 1 or extent.x1 > clip.x1 + 1
+            or extent.y0 < clip.y0 - 1 or extent.y1 > clip.y1 + 1)
+
+
 def legibility_problems(fig) -> list[str]:
     """What a reader cannot read in ``fig``, measured from the rendered figure, with the fix.
 
-    Two checks: x tick labels of one axes that overlap their neighbours (31 layer names side by
-    side do not fit), and text that sticks out of the figure (clipped when shown or saved
-    without a tight bounding box).
+    The figure is measured as ``grader.py figures`` and Jupyter show it: drawn, then saved with a
+    tight bounding box, which grows the picture to take in every text (so a label beyond the
+    figure's own edge is still seen whole). Three checks, on the drawn boxes of the texts (a
+    rotated label's box is its rotated extent):
+
+    * x tick labels of one axes that collide with their neighbours (31 layer names side by side
+      do not fit; the same names standing upright do);
+    * texts of different panels that collide (a title over its neighbour's, tick labels
+      running into the next panel);
+    * a text clipped by its own box (``clip_on=True``), cut where the box ends.
     """
+    if not hasattr(fig.canvas, "get_renderer"):  # a bare Figure(), made without pyplot
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        FigureCanvasAgg(fig)
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     problems = []
@@ -189,17 +265,27 @@ def legibility_problems(fig) -> list[str]:
         labels = _shown_tick_labels(ax.xaxis)
         overlaps = _overlapping([t.get_window_extent(renderer) for t in labels])
         if overlaps:
+            upright = all(abs(t.get_rotation() % 180 - 90) < 1 for t in labels)
+            fix = ("label every 5th (ax.set_xticks(ticks[::5], names[::5])) or make the figure "
+                   "wider" if upright else
+                   "stand them upright (ax.tick_params(axis='x', labelrotation=90)) or label "
+                   "every 5th (ax.set_xticks(ticks[::5], names[::5]))")
+            problems.append(f"panel {n}: {len(labels)} x tick labels do not fit side by side "
+                            f"({overlaps} collide with their neighbour): {fix}")
+    boxes = [(n, t, t.get_window_extent(renderer))
+             for n, ax in enumerate(fig.axes, start=1) for t in _axes_texts(ax)]
+    for i, (n, text, box) in enumerate(boxes):
+        other = next(((m, t) for m, t, b in boxes[i + 1:] if m != n and _collide(box, b)), None)
+        if other is not None:
             problems.append(
-                f"panel {n}: {len(labels)} x tick labels do not fit side by side ({overlaps} "
-                "overlap): rotate them (ax.tick_params(axis='x', labelrotation=90)) or label "
-                "every 5th (ax.set_xticks(ticks[::5], names[::5]))")
-    box = fig.bbox
+                f"panel {n}'s {str(text.get_text())[:30]!r} runs into panel {other[0]}'s "
+                f"{str(other[1].get_text())[:30]!r}: call fig.tight_layout() (or make the figure "
+                "with layout='constrained') or make it larger")
+            break
     for text in _shown_texts(fig):
-        extent = text.get_window_extent(renderer)
-        if (extent.x0 < box.x0 - 1 or extent.x1 > box.x1 + 1
-                or extent.y0 < box.y0 - 1 or extent.y1 > box.y1 + 1):
-            problems.append(f"the label {str(text.get_text())[:30]!r} is cut off at the figure's "
-                            "edge: call fig.tight_layout() or make the figure larger")
+        if _clipped(text, renderer):
+            problems.append(f"the text {str(text.get_text())[:30]!r} is cut off by its clip box: "
+                            "move it inside the axes or draw it with clip_on=False")
             break
     return problems
 

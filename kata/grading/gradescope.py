@@ -191,7 +191,9 @@ def grade_for_gradescope(root: Path | str, exercise_ids: Sequence[str] | None = 
             if unknown:
                 raise ValueError(f"no exercise {', '.join(sorted(unknown))} in the manifest")
             exercises = [e for e in exercises if e.id in exercise_ids]
-        options = GradingOptions(timeout=timeout, memory_limit_mb=memory_limit_mb)
+        # The same sandbox as `grader.py batch`: a submission's code must not reach the
+        # grader, whose container it shares (a daemon it leaves could rewrite results.json).
+        options = GradingOptions(timeout=timeout, memory_limit_mb=memory_limit_mb, sandbox=True)
         [result] = grade_batch([root / "submission"], root / "source", exercises, options)
     except Exception as error:  # noqa: BLE001 - Gradescope must get a results.json whatever happens
         reports.write_atomically(results_path, _failure_results(error, time.monotonic() - started))

@@ -44,9 +44,6 @@ class Status(StrEnum):
     IN_PROGRESS = "in progress"
     #: No test passes, and not only because of stubs.
     FAILING = "failing"
-    #: The test reports contradict the answer probes (:mod:`kata.grading.probes`): the results
-    #: were forged. 0 points; the message says what the probes found.
-    TAMPERED = "tampered"
     #: The machine failed (device, model cache, environment) after the batch started: never
     #: graded as the learner's mistake. 0 points until graded again; the message says what failed.
     ENVIRONMENT_ERROR = "environment error"
@@ -227,8 +224,8 @@ class ExerciseResult:
 
     @property
     def void(self) -> bool:
-        """Its test results do not count (tampered, or an environment error)."""
-        return self.status in (Status.TAMPERED, Status.ENVIRONMENT_ERROR)
+        """Its test results do not count (an environment error: the machine's fault)."""
+        return self.status is Status.ENVIRONMENT_ERROR
 
     def first_failure(self) -> TestRecord | None:
         return next((t for t in self.counted if not t.passed), None)
@@ -316,11 +313,20 @@ class SubmissionResult:
         return round(self.main_points + self.bonus_points, 2)
 
     @property
+    def interrupted(self) -> bool:
+        """Not graded: the batch was stopped before or while it ran."""
+        return bool(self.exercises) and all(
+            row.message and row.message.startswith("not graded: the batch was interrupted")
+            for row in self.exercises)
+
+    @property
     def all_done(self) -> bool:
         return all(r.done for r in self.core)
 
     def first_unfinished(self) -> ExerciseResult | None:
-        return next((r for r in self.exercises if not r.done), None)
+        """The first main exercise not done, else the first bonus not done, else None."""
+        return (next((r for r in self.core if not r.done), None)
+                or next((r for r in self.exercises if not r.done), None))
 
     def to_json(self) -> dict:
         return {"name": self.name, "points": self.points, "max_points": self.max_points,

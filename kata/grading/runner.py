@@ -17,11 +17,14 @@ plugin (:mod:`kata.grading.recorder`), and watches it:
 
 So each exercise gets an outcome for every one of its tests, whatever the code under test does.
 
-Submissions (``run_tests(..., warm=True)``) run a warm worker instead
-(:mod:`kata.grading.worker`): one process per submission, in its sandbox, that imports torch,
-transformers and pytest and loads the models once, then forks a fresh child per exercise (and
-per exercise's answer probes) and keeps each exercise's clock itself. The records, statuses and
-messages are the same; what one exercise does to its process cannot reach another.
+Submissions (``run_tests(..., warm=True, learner=...)``) run a trusted warm worker instead
+(:mod:`kata.grading.worker`): one process per submission that imports torch, transformers and
+pytest and loads the models once, then forks a fresh child per exercise and keeps each
+exercise's clock itself; the learner's functions run in the learner's server
+(:mod:`kata.grading.learner_box`, in the submission's sandbox), reached over one channel per
+exercise. The whole run has a deadline, enforced from here, whatever the processes write; and
+:func:`request_stop` (the batch's first Ctrl-C) stops it. The records, statuses and messages are
+the same as in one process.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,19 +62,20 @@ _LIMIT_THEN_EXEC = (
     "resource.setrlimit(resource.RLIMIT_AS, (limit, limit))\n"
     "os.execv(sys.argv[2], sys.argv[2:])\n"
 )
-# Prepended to the sandbox's outer shim: move descriptors to fixed numbers, shift argv.
-# (argv: N, then N pairs "source target"; each source goes out of the way first, so a source
-# that happens to be another pair's target is not overwritten.)
-_MOVE_FD = (
-    "import os, sys, fcntl\n"
-    "_n = int(sys.argv[1])\n"
-    "_pairs = [(int(sys.argv[2 + 2 * i]), int(sys.argv[3 + 2 * i])) for i in range(_n)]\n"
-    "_high = [fcntl.fcntl(s, fcntl.F_DUPFD, 100) for s, _ in _pairs]\n"
-    "for s, _ in _pairs: os.close(s)\n"
-    "for h, (_, d) in zip(_high, _pairs):\n"
-    "    os.dup2(h, d); os.close(h)\n"
-    "del sys.argv[1:2 + 2 * _n]\n"
-)
+_STOP = threading.Event()
+
+
+def request_stop() -> None:
+    """Stop every run at its next look (the first Ctrl-C or SIGTERM of a batch)."""
+    _STOP.set()
+
+
+def stopping() -> bool:
+    return _STOP.is_set()
+
+
+def allow_runs() -> None:
+    _STOP.clear()
 
 
 @dataclass
@@ -83,8 +88,6 @@ class RunResult:
     # exercise id -> (status, why) for an exercise that has no recorded test at all
     problems: dict[str, tuple[Status, str]] = field(default_factory=dict)
     processes: int = 0  # how many pytest processes (or warm workers) it took
-    # the answer probes run by the warm worker: {exercise id: answer line, or None}
-    answers: dict | None = None
 
 
 def child_environment(root: Path, threads: int | None = None) -> dict[str, str]:
@@ -121,30 +124,6 @@ def start_child(command: list[str], cwd: Path, env: dict, log_dir: Path,
         return subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
                                 pass_fds=pass_fds)
-
-
-def start_sandboxed(sandbox, command: list[str], root: Path, env: dict, log_dir: Path,
-                    name: str, record: Path, inputs: dict[str, Path],
-                    more_records: dict[int, Path] | None = None) -> subprocess.Popen:
-    """Start ``command`` (paths as seen inside) in ``sandbox``; it writes ``record`` through
-    file descriptor 3 (and each of ``more_records`` through its descriptor): the only files
-    outside its private /tmp it can write to."""
-    from .sandbox import RECORD_FD
-
-    targets = {RECORD_FD: record, **(more_records or {})}
-    fds = {target: os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-           for target, path in targets.items()}
-    try:
-        wrapped = sandbox.command(command, root, inputs)
-        # the outer shim moves each record's descriptor to its number before it becomes bwrap
-        pairs = [str(v) for target, fd in fds.items() for v in (fd, target)]
-        wrapped = [wrapped[0], "-c", _MOVE_FD + wrapped[2], str(len(fds)), *pairs,
-                   *wrapped[3:]]
-        return start_child(wrapped, root, sandbox.environment(env), log_dir, 0, name,
-                           tuple(fds.values()))
-    finally:
-        for fd in fds.values():
-            os.close(fd)
 
 
 def kill_group(process: subprocess.Popen) -> None:
@@ -283,15 +262,15 @@ def _pytest_command(root: Path, files: list[str], impl: str, record, deselect,
 
 
 def _worker_command(root: Path, exercises: list, impl: str, record, deselect, basetemp,
-                    timeout: float, probe_record=None, probes=(), lanes: int = 1) -> list[str]:
+                    timeout: float, lanes: int = 1, remote: dict | None = None) -> list[str]:
     """The warm worker (:mod:`kata.grading.worker`): one forked pytest session per exercise."""
     command = [sys.executable, "-m", "kata.grading.worker", "--record", str(record),
                "--impl", impl, "--deselect", str(deselect), "--basetemp", str(basetemp),
                "--timeout", str(timeout), "--startup", str(max(STARTUP_SECONDS, timeout)),
                "--lanes", str(max(1, lanes)),
                "--tests", *[f"{e.id}={root / e.tests}" for e in exercises]]
-    if probes:
-        command += ["--probe-record", str(probe_record), "--probes", *probes]
+    if remote:
+        command += ["--remote", *[f"{e}={r},{w}" for e, (r, w) in remote.items()]]
     return command + [
         "--", "-c", str(root / "pyproject.toml"), "--rootdir", str(root),
         "-p", "no:cacheprovider", "-q", "--capture=no", "--tb=short", "--color=no",
@@ -299,11 +278,21 @@ def _worker_command(root: Path, exercises: list, impl: str, record, deselect, ba
 
 
 def _watch(process: subprocess.Popen, reader: _EventReader, timeout: float,
-           exercise_of: dict[str, str], warm: bool = False) -> _Process:
-    """Follow one pytest process until it ends or is killed; returns what happened."""
+           exercise_of: dict[str, str], warm: bool = False,
+           deadline: float | None = None) -> _Process:
+    """Follow one pytest process until it ends or is killed; returns what happened.
+
+    ``deadline`` (a ``time.monotonic()`` value) is the latest the process may run, whatever it
+    writes: past it, it is killed and what it was running counts as timed out."""
     run = _Process(warm=warm)
     started = time.monotonic()
     while process.poll() is None:
+        if deadline is not None and time.monotonic() > deadline:
+            run.ended = "hang"
+            break
+        if stopping():
+            run.ended = "interrupted"
+            break
         for event in reader.new_events():
             run.apply(event, exercise_of)
         now = time.monotonic()
@@ -333,6 +322,21 @@ def _watch(process: subprocess.Popen, reader: _EventReader, timeout: float,
 
 
 _FAULTHANDLER_FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
+
+
+#: What the learner's server writes once its models are loaded, before any learner file runs.
+LEARNER_READY = "kata-learner-ready"
+_LEARNER_ENDED = re.compile(r"^kata-learner-ended (\S+) (signal|code) (\d{1,3})$", re.M)
+
+
+def learner_exit_status(stderr: str, exercise_id: str) -> int | None:
+    """How the learner's process of ``exercise_id`` ended, as its server reported it: minus the
+    signal, or the exit code (:mod:`kata.remote.server`); None when it did not say."""
+    found = [m for m in _LEARNER_ENDED.finditer(stderr) if m.group(1) == exercise_id]
+    if not found:
+        return None
+    kind, number = found[-1].group(2), int(found[-1].group(3))
+    return -number if kind == "signal" else number
 
 
 def _crash_description(run: _Process, root: Path, impl: str, module: str | None = None) -> str:
@@ -368,8 +372,7 @@ def _crash_description(run: _Process, root: Path, impl: str, module: str | None 
 
 def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: float = 60.0,
               memory_limit_mb: int = 0, threads: int | None = None,
-              sandbox=None, warm: bool = False, probes: list[str] | None = None,
-              lanes: int = 1) -> RunResult:
+              warm: bool = False, lanes: int = 1, learner=None) -> RunResult:
     """Run the tests of ``exercises`` (manifest entries) on ``root/impl`` and record every outcome.
 
     Args:
@@ -380,14 +383,12 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
         timeout: wall-clock seconds allowed for each exercise's tests.
         memory_limit_mb: address-space limit of the child in MiB; 0 for none.
         threads: torch threads per child; None: ``KATA_TORCH_THREADS``, else one.
-        sandbox: a :class:`kata.grading.sandbox.Sandbox` to run every process in (None: none;
-            the memory limit is then per process, ``RLIMIT_AS``).
         warm: run a warm worker (:mod:`kata.grading.worker`: imports and models loaded once,
             a forked child per exercise) instead of one plain pytest process.
-        probes: with ``warm``, the exercises whose answer probes the worker runs first (in
-            forked children of their own); their answers land in ``RunResult.answers``.
         lanes: with ``warm``, how many exercises the worker grades at once (one forked child
             each; the cores this submission may use).
+        learner: with ``warm``, a :class:`kata.grading.learner_box.LearnerBox`: the learner's
+            functions run there (in its sandbox) and the tests here, in the trusted worker.
     """
     root, work_dir = Path(root), Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -395,59 +396,45 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
     exercise_of: dict[str, str] = {}
     env = child_environment(root, threads)
     pending = list(exercises)
-    probe_pending = list(probes or []) if warm else []
-    probe_record = work_dir / "probes.jsonl"
-    if warm and probes is not None:
-        result.answers = {}
-        probe_record.touch()
-    while pending:
+    while pending and not stopping():
         result.processes += 1
         n = result.processes
         record, deselect = work_dir / f"record-{n}.jsonl", work_dir / f"deselect-{n}.json"
         deselect.write_text(json.dumps(sorted(result.results)), encoding="utf-8")
         files = [e.tests for e in pending]
-        if sandbox is None:
-            if warm:
-                command = _worker_command(root, pending, impl, record, deselect,
-                                          work_dir / f"tmp-{n}", timeout, probe_record,
-                                          probe_pending, lanes)
-            else:
-                command = _pytest_command(root, files, impl, record, deselect,
-                                          work_dir / f"tmp-{n}")
-            process = start_child(command, root, env, work_dir, memory_limit_mb,
-                                  name=f"pytest-{n}")
-        else:
-            from .sandbox import INSIDE_ROOT, RECORD_FD
-
-            inside = Path(INSIDE_ROOT)
-            more = {}
-            if warm:
-                probe_fd = RECORD_FD + 1
-                command = _worker_command(inside, pending, impl, f"/dev/fd/{RECORD_FD}",
-                                          "/tmp/grader/deselect.json", f"/tmp/pytest-{n}",
-                                          timeout, f"/dev/fd/{probe_fd}", probe_pending,
-                                          lanes)
-                if probe_pending:
-                    more = {probe_fd: probe_record}
-                env = {**env, "KATA_WORKER_SANDBOXED": "1"}
-            else:
-                command = _pytest_command(inside, files, impl, f"/dev/fd/{RECORD_FD}",
-                                          "/tmp/grader/deselect.json", f"/tmp/pytest-{n}")
-            process = start_sandboxed(sandbox, command, root, env, work_dir, f"pytest-{n}",
-                                      record, {"/tmp/grader/deselect.json": deselect}, more)
-        run = _watch(process, _EventReader(record), timeout, exercise_of, warm)
-        if sandbox is not None and run.returncode is not None and 128 < run.returncode < 160:
-            run.returncode = 128 - run.returncode  # bwrap reports a signal death as 128 + N
-        run.stderr = tail(work_dir / f"pytest-{n}.err")
-        _collect(result, run)
-        probes_progressed = False
-        if probe_pending:
-            probes_progressed = _collect_answers(result, run, probe_pending, probe_record)
-            probe_pending = [e for e in probe_pending if e not in result.answers]
+        server, channels, deadline = None, None, None
         if warm:
-            shown_root = root if sandbox is None else Path(INSIDE_ROOT)
-            pending, again = _settle_worker(result, run, pending, shown_root, impl, timeout,
-                                            probes_progressed)
+            if learner is not None:
+                channels, server = learner.start(pending, work_dir, n)
+            command = _worker_command(root, pending, impl, record, deselect,
+                                      work_dir / f"tmp-{n}", timeout, lanes,
+                                      channels.trusted if channels else None)
+            # the whole run's deadline: every exercise's limit, in its lane, plus start-up
+            rounds = -(-len(pending) // max(1, lanes))
+            deadline = time.monotonic() + rounds * (timeout + STARTUP_SECONDS) \
+                + WORKER_GRACE_SECONDS
+        else:
+            command = _pytest_command(root, files, impl, record, deselect, work_dir / f"tmp-{n}")
+        process = start_child(command, root, env, work_dir, memory_limit_mb,
+                              name=f"pytest-{n}",
+                              pass_fds=channels.trusted_fds if channels else ())
+        if channels is not None:
+            channels.close_trusted()  # the worker holds them now
+        try:
+            run = _watch(process, _EventReader(record), timeout, exercise_of, warm, deadline)
+        finally:
+            if server is not None:
+                learner.stop(server)
+        run.stderr = tail(work_dir / f"pytest-{n}.err")
+        if server is not None:
+            run.stderr += "\n" + server.stderr()
+        _collect(result, run)
+        if run.ended == "interrupted":
+            _mark_unrecorded(result, pending, Outcome.NOT_RUN,
+                             "not run: the batch was interrupted")
+            break
+        if warm:
+            pending, again = _settle_worker(result, run, pending, root, impl, timeout)
             if again:
                 continue
             break
@@ -456,21 +443,17 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
                              "the test session ended before this test ran")
             _note_collection_problems(result, run, pending)
             break
-        shown_root = root if sandbox is None else Path(INSIDE_ROOT)
-        culprit_exercise = _record_abnormal_end(result, run, pending, shown_root, impl, timeout)
+        culprit_exercise = _record_abnormal_end(result, run, pending, root, impl, timeout)
         if culprit_exercise is None:
             break  # nothing ran at all: every remaining test got the same explanation
         pending = [e for e in pending if e.id != culprit_exercise
                    and any(t.exercise == e.id and t.nodeid not in result.results
                            for t in result.tests)]
-    if result.answers is not None:
-        for exercise_id in probes or []:
-            result.answers.setdefault(exercise_id, None)  # never reported
     return result
 
 
 def _settle_worker(result: RunResult, run: _Process, pending: list, root: Path, impl: str,
-                   timeout: float, probes_progressed: bool) -> tuple[list, bool]:
+                   timeout: float) -> tuple[list, bool]:
     """Record how each exercise of a warm worker ended. Returns the exercises a new worker
     must grade, and whether to start one."""
     by_id = {e.id: e for e in pending}
@@ -495,25 +478,12 @@ def _settle_worker(result: RunResult, run: _Process, pending: list, root: Path, 
     for exercise_id in in_flight:
         abnormal(exercise_id, how, run.returncode, run.running_in.get(exercise_id),
                  run.stderr)
-    if not run.begun and not probes_progressed:  # it never got to any exercise
+    if not run.begun:  # it never got to any exercise
         _record_abnormal_end(result, _Process(ended=how, returncode=run.returncode,
                                               stderr=run.stderr), pending, root, impl, timeout)
         return [], False
     rest = [e for e in pending if e.id not in run.begun]
     return rest, bool(rest)
-
-
-def _collect_answers(result: RunResult, run: _Process, pending: list[str],
-                     probe_record: Path) -> bool:
-    """Take the probe answers of the exercises the worker began; True if it began any."""
-    from .probes import read_answers
-
-    begun = [e["exercise"] for e in run.events
-             if e.get("event") == "probe" and e.get("exercise") in pending]
-    answers, _ = read_answers(probe_record)
-    for exercise_id in begun:
-        result.answers[exercise_id] = answers.get(exercise_id)  # None: it crashed or hung
-    return bool(begun)
 
 
 def _collect(result: RunResult, run: _Process) -> None:
@@ -565,20 +535,44 @@ def _record_abnormal_end(result: RunResult, run: _Process, pending: list, root: 
                          impl: str, timeout: float) -> str | None:
     """Record the crash or timeout; return the exercise it happened in (None: before any test)."""
     timed_out = run.ended in ("timeout", "startup timeout")
+    environment = False
     outcome = Outcome.TIMED_OUT if timed_out else Outcome.CRASHED
     status = Status.TIMED_OUT if timed_out else Status.CRASHED
     if run.ended == "startup timeout":
         why = f"pytest did not start its first test within {max(STARTUP_SECONDS, timeout):g} s"
     elif timed_out:
         why = f"stopped after {timeout:g} s: an endless loop, or far too slow"
+    elif run.ended == "learner gone" and LEARNER_READY not in run.stderr:
+        # the learner's server never got as far as importing any learner file: the sandbox or
+        # the machine failed, not the learner (the exercise is an environment error)
+        why = ("the grader's sandbox did not start (the machine's fault, not yours; grade "
+               f"again): {run.stderr.strip()[-400:]}")
+        environment = True
+    elif run.ended == "learner gone":
+        code = learner_exit_status(run.stderr, pending[0].id) if len(pending) == 1 else None
+        if code is None:
+            why = ("the process running your code ended in the middle of this test (a crash in C "
+                   "code, os._exit, a signal, too much memory or CPU time)")
+        else:
+            how = _crash_description(_Process(returncode=code), root, impl)
+            why = f"the process running your code {how.removeprefix('the process ')}"
     else:
         module = pending[0].module if run.warm and len(pending) == 1 else None
         why = _crash_description(run, root, impl, module)
+    if environment:
+        status = Status.ENVIRONMENT_ERROR
     culprit = run.running
     exercise = exercise_of_test(result, culprit) if culprit else run.last_exercise
     if culprit:
         test = next(t for t in result.tests if t.nodeid == culprit)
-        result.results[culprit] = TestRecord.placeholder(test, outcome, f"{outcome}: {why}")
+        record = TestRecord.placeholder(test, outcome, f"{outcome}: {why}")
+        if environment:
+            from dataclasses import replace
+
+            from .recorder import ENVIRONMENT_FAULT
+
+            record = replace(record, outcome=Outcome.ERROR, diagnosis=ENVIRONMENT_FAULT)
+        result.results[culprit] = record
     if exercise is None:  # it died before running any test of this run
         detail = why if timed_out else f"{why}\n{run.stderr.strip()[-800:]}"
         message = f"the test process {outcome} before any test ran: {detail}"

@@ -1,32 +1,35 @@
-"""A sandbox for every graded process of a submission (Linux, bubblewrap).
+"""The sandbox of a submission's learner side (Linux, bubblewrap).
 
-Each test (and probe) process of a submission runs under ``bwrap``:
+The learner's server (:mod:`kata.remote.server`, started by :mod:`kata.grading.learner_box`)
+runs under ``bwrap``; the tests never do (they run on the trusted side):
 
 * the system's folders (:data:`SYSTEM_FOLDERS`: ``/usr``, ``/etc``, ``/opt`` ...) are visible
   **read-only**, with a new ``/dev`` and a ``/proc`` that shows only the sandbox's own
   processes; nothing else of the machine is there (no home folders, no ``/work`` or ``/srv``,
   so no other copy of the kata and its ``solutions/``);
-* what Python and the tests need is bound in, read-only: the interpreter, the virtual
-  environment, the converted model cache and the Hugging Face cache;
+* what Python and the learner's side need is bound in, read-only: the interpreter, the virtual
+  environment, the converted model cache, and of the Hugging Face cache only the folders of the
+  models the kata loads (never its ``token`` file);
 * **hidden** (an empty, read-only folder mounted over them) where they would otherwise show
   through one of those: the instructor's home, the instructor's kata folder (so
   ``solutions/``), the folder the editable install points to, the batch's work folder (other
   submissions' copies), every submission given to the batch and the folders holding them;
 * the **only writable place** is a private ``/tmp`` (a tmpfs capped at :data:`TMP_MB` MiB, also
-  ``/dev/shm``), where the submission's copy of the kata sits, read-only, at ``/tmp/kata``;
-* ``--unshare-all``: no network, its own PID namespace (whatever it starts, a ``setsid``
-  double fork included, dies with it), ``--die-with-parent``, every capability dropped;
+  ``/dev/shm``); the learner's folder sits there, read-only, at ``/tmp/kata``;
+* no network, its own PID namespace (whatever it starts, a ``setsid`` double fork included,
+  dies with it), ``--die-with-parent``, no capability, and an **unprivileged uid**
+  (:data:`UNPRIVILEGED`) even when the grader runs as root (then without a user namespace, which
+  would map the sandbox's uid to root outside);
 * **caps per submission**: a cgroup (v1 or v2, where this machine lets the grader create one)
   holds every process of the submission, with ``pids.max`` :data:`MAX_PROCESSES` and the memory
   limit over all of them. Where no cgroup can be made, each process gets ``RLIMIT_AS`` (the
-  memory limit) and ``RLIMIT_NPROC`` (the process cap, counted in the sandbox's own user
-  namespace), and :attr:`Sandbox.caps` says so; the reports carry that sentence;
-* ``RLIMIT_FSIZE`` caps every file a process writes, the recorder's own record included.
+  memory limit) and ``RLIMIT_NPROC`` (the process cap), and :attr:`Sandbox.caps` says so; the
+  reports carry that sentence;
+* ``RLIMIT_FSIZE`` caps every file a process writes.
 
-The recorder writes through an inherited file descriptor (``/dev/fd/3``): the grader's record
-file is the one file outside ``/tmp`` the sandbox can write to, and it cannot grow past the file
-size cap. The sandbox never sees the grader's environment either: only the variables the kata
-reads are passed on.
+The sandbox holds no file of the machine open for writing: its standard streams and its
+channels to the trusted side are pipes. It never sees the grader's environment either: only the
+variables the kata reads are passed on, never one that names a secret (:data:`SECRET_WORDS`).
 """
 
 from __future__ import annotations
@@ -49,13 +52,15 @@ TMP_MB = 512
 MAX_FILE_MB = 256
 #: Where the submission's kata copy appears inside the sandbox.
 INSIDE_ROOT = "/tmp/kata"
-#: The file descriptor the recorder writes its record to (and the probes their answers).
-RECORD_FD = 3
 #: Variables passed into the sandbox (the rest of the grader's environment stays out).
 PASSED_VARIABLES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
-PASSED_PREFIXES = ("KATA_", "OMP_", "MKL_", "OPENBLAS_", "HF_", "TRANSFORMERS_", "TORCH_",
-                   "PYTEST_DISABLE", "PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED", "MPLBACKEND",
-                   "CUDA_", "NVIDIA_")
+PASSED_PREFIXES = ("KATA_", "OMP_", "MKL_", "OPENBLAS_", "TORCH_", "PYTHONDONTWRITEBYTECODE",
+                   "PYTHONHASHSEED", "MPLBACKEND", "CUDA_", "NVIDIA_")
+#: Never passed, whatever their prefix: what a variable with these words in its name holds is a
+#: secret (a Hugging Face token, an API key).
+SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
+#: The uid and gid the learner's code runs as when the grader runs as root.
+UNPRIVILEGED = 65534
 #: The machine's folders the sandbox sees (read-only); everything else (home folders, /work,
 #: /srv, /mnt, other copies of the kata) is absent unless the kata needs it.
 SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
@@ -66,7 +71,11 @@ _SYSTEM_DIRS = {"/", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/proc",
 # Runs inside the sandbox: set the per-process caps, then become the real command.
 _INNER = (
     "import os, resource, sys\n"
-    "memory, processes, fsize = (int(v) for v in sys.argv[1:4])\n"
+    "memory, processes, fsize, uid = (int(v) for v in sys.argv[1:5])\n"
+    "del sys.argv[4]\n"
+    "if uid >= 0:\n"
+    "    os.setgroups([]); os.setgid(uid); os.setuid(uid)\n"
+    "    if os.getuid() != uid or os.geteuid() != uid: os._exit(125)\n"
     "if memory: resource.setrlimit(resource.RLIMIT_AS, (memory, memory))\n"
     "if processes: resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))\n"
     "resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))\n"
@@ -173,6 +182,15 @@ class Cgroup:
     description: str
 
     def remove(self) -> None:
+        self.kill()
+        for folder in self.folders:
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+
+    def kill(self) -> None:
+        """Kill every process in the cgroup (and wait, briefly, until none is left)."""
         import signal
 
         for _ in range(50):
@@ -192,11 +210,6 @@ class Cgroup:
             import time
 
             time.sleep(0.05)
-        for folder in self.folders:
-            try:
-                folder.rmdir()
-            except OSError:
-                pass
 
 
 def _make_v1(memory_bytes: int, name: str) -> Cgroup | None:
@@ -290,10 +303,25 @@ def _needed_paths() -> list[str]:
     paths |= {_real(p) for p in sys.path if p and os.path.isdir(p)
               and ("site-packages" in p or "dist-packages" in p)}
     paths.add(_real(cache_dir()))
+    paths |= set(_model_folders())
+    return sorted(p for p in paths if os.path.exists(p))
+
+
+def _model_folders() -> list[str]:
+    """The Hugging Face cache's folders of the models the kata loads (GPT-2 where cached):
+    never the whole cache, which holds the token file."""
+    from kata.models import cached_gpt2_id
+
     hf = os.environ.get("HF_HOME") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface")
-    paths.add(_real(hf))
-    return sorted(p for p in paths if os.path.exists(p))
+    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(hf, "hub")
+    found = []
+    model_id = cached_gpt2_id()
+    if model_id:
+        folder = os.path.join(hub, "models--" + model_id.replace("/", "--"))
+        if os.path.isdir(folder):
+            found.append(_real(folder))
+    return found
 
 
 def editable_sources() -> list[str]:
@@ -332,6 +360,12 @@ class Sandbox:
         ok, where = sandbox_available()
         if not ok:
             raise RuntimeError(f"no sandbox: {where}")
+        if os.geteuid() == 0:  # the learner's code runs as another user: it must read the models
+            from kata.models import cache_dir, make_readable
+
+            for folder in cache_dir().glob("smollm2-*"):
+                if folder.is_dir() and not folder.name.startswith("."):
+                    make_readable(folder)
         hidden = {_real(Path.home())} | {_real(h) for h in hide} | set(editable_sources())
         hidden = {h for h in hidden if h not in _SYSTEM_DIRS and os.path.exists(h)}
         cgroup = make_cgroup(memory_limit_mb) if use_cgroup else None
@@ -348,6 +382,11 @@ class Sandbox:
         caps += f"; files at most {MAX_FILE_MB} MiB; /tmp at most {TMP_MB} MiB"
         return cls(where, sorted(hidden), memory_limit_mb, cgroup, caps)
 
+    def kill_all(self) -> None:
+        """Kill every process of this submission's sandbox that is still there."""
+        if self.cgroup is not None:
+            self.cgroup.kill()
+
     def close(self) -> None:
         if self.cgroup is not None:
             self.cgroup.remove()
@@ -357,8 +396,8 @@ class Sandbox:
         """bwrap's arguments: the system's folders read-only, hidden folders, what the kata
         needs bound back read-only, the private /tmp; nothing else of the machine."""
         args = ["--dev", "/dev", "--proc", "/proc",
-                "--size", str(TMP_MB * 2**20), "--tmpfs", "/tmp",
-                "--size", str(TMP_MB * 2**20), "--tmpfs", "/dev/shm"]
+                "--perms", "01777", "--size", str(TMP_MB * 2**20), "--tmpfs", "/tmp",
+                "--perms", "01777", "--size", str(TMP_MB * 2**20), "--tmpfs", "/dev/shm"]
         for folder in SYSTEM_FOLDERS:
             if os.path.islink(folder):
                 args += ["--symlink", os.readlink(folder), folder]
@@ -374,9 +413,21 @@ class Sandbox:
                 args += ["--perms", "0755", "--tmpfs", path]
             else:
                 args += ["--ro-bind", "/dev/null", path]
-        for path in _needed_paths() + self.extra_ro:
+        made: set[str] = set()  # folders made so far inside the sandbox
+        bound: list[str] = []  # folders bound so far
+        for path in sorted(_needed_paths() + self.extra_ro, key=lambda p: (p.count("/"), p)):
             if not any(_under(path, v) for v in visible) or any(_under(path, h) for h in hides):
+                # its parents, made first and traversable (bwrap would make them 0700, which
+                # the unprivileged uid cannot enter)
+                for parent in reversed(Path(path).parents[:-1] if len(Path(path).parts) > 1
+                                       else []):
+                    parent = str(parent)
+                    if parent not in made and not any(_under(parent, b)
+                                                      for b in bound + visible + hides):
+                        args += ["--perms", "0755", "--dir", parent]
+                        made.add(parent)
                 args += ["--ro-bind", path, path]
+                bound.append(path)
         args += ["--ro-bind", _real(kata_copy), INSIDE_ROOT]
         for inside, outside in inputs.items():
             args += ["--ro-bind", _real(outside), inside]
@@ -389,7 +440,11 @@ class Sandbox:
         from kata.models import cache_dir
 
         kept = {k: v for k, v in env.items()
-                if k in PASSED_VARIABLES or k.startswith(PASSED_PREFIXES)}
+                if (k in PASSED_VARIABLES or k.startswith(PASSED_PREFIXES))
+                and not any(word in k.upper() for word in SECRET_WORDS)}
+        if _model_folders():
+            kept["HF_HOME"] = os.environ.get("HF_HOME") or os.path.join(
+                os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface")
         kept.update(HOME="/tmp/home", TMPDIR="/tmp", PYTHONPATH=INSIDE_ROOT,
                     KATA_CACHE=_real(cache_dir()), HF_HUB_OFFLINE="1",
                     TRANSFORMERS_OFFLINE="1", MPLCONFIGDIR="/tmp/home/.matplotlib",
@@ -407,10 +462,19 @@ class Sandbox:
         python = os.path.join(_real(sys.prefix), "bin", os.path.basename(sys.executable))
         if command and command[0] == sys.executable:
             command = [python, *command[1:]]
+        root = os.geteuid() == 0
         inner = [python, "-c", _INNER, str(as_limit), str(nproc), str(MAX_FILE_MB * 2**20),
-                 INSIDE_ROOT, *command]
-        wrapped = [self.bwrap, *self.mounts(kata_copy, inputs), "--unshare-all",
-                   "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+                 str(UNPRIVILEGED if root else -1), INSIDE_ROOT, *command]
+        if root:
+            # As root, a user namespace would map the sandbox's uid to root outside, which owns
+            # /etc/shadow. Instead: no user namespace, and the shim inside becomes an
+            # unprivileged uid before anything else runs (setuid drops every capability).
+            isolation = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+                         "--unshare-cgroup-try"]
+        else:
+            isolation = ["--unshare-all", "--cap-drop", "ALL"]
+        wrapped = [self.bwrap, *self.mounts(kata_copy, inputs), *isolation,
+                   "--die-with-parent", "--new-session",
                    "--hostname", "kata-sandbox", "--chdir", "/tmp", "--", *inner]
         cgroup_files = os.pathsep.join(map(str, self.cgroup.procs_files)) if self.cgroup else ""
         return [sys.executable, "-c", _OUTER, cgroup_files, *wrapped]

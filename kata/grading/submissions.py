@@ -2,11 +2,20 @@
 
 A submission is a folder holding a copy of the kata, or a folder holding just ``exercises/`` (or
 the exercise files themselves), or a zip of any of these. Only the exercise files the manifest
-names are taken from it; they are copied into a fresh temporary copy of the instructor's kata
-(``kata/``, ``tests/``, ``conftest.py``, ``pyproject.toml``, ``grader.py``), so nothing else a
-submission ships (its own conftest.py, pytest.ini, tests/ or solutions/) can change which tests
-run or how they are scored. The reference solutions are not copied in, so submitted code cannot
-import them.
+names are taken from it.
+
+Each submission is graded across a trust boundary:
+
+* the learner's side (:mod:`kata.grading.learner_box`): a folder with only those exercise files
+  and the learner-facing part of ``kata``, where :mod:`kata.remote.server` runs the learner's
+  functions, in the submission's sandbox (:mod:`kata.grading.sandbox`);
+* the trusted side: a fresh copy of the instructor's ``kata/``, ``tests/``, ``conftest.py`` and
+  ``pyproject.toml`` with no learner file in it, where the trusted worker
+  (:mod:`kata.grading.worker`) runs every test, its reference values and the recorder, and
+  calls the learner's functions over the channels (:mod:`kata.grading.remote`).
+
+Nothing a submission ships (its own conftest.py, tests/, solutions/) can change which tests run,
+how they are scored or what they expect; nothing on the learner's side knows an answer.
 """
 
 from __future__ import annotations
@@ -28,8 +37,8 @@ from .records import ExerciseResult, Status, SubmissionResult
 from .results import summarize
 from .runner import run_tests
 
-#: What a sandbox takes from the instructor's kata.
-SANDBOX_ITEMS = ("kata", "tests", "conftest.py", "pyproject.toml", "grader.py")
+#: What the trusted side's copy takes from the instructor's kata (never a learner's file).
+TRUSTED_ITEMS = ("kata", "tests", "conftest.py", "pyproject.toml")
 MAX_FILE_BYTES = 1_000_000
 MAX_SEARCH_DEPTH = 5
 _IGNORED_DIRS = {"__MACOSX", "__pycache__", "node_modules"}
@@ -42,8 +51,7 @@ class GradingOptions:
     memory_limit_mb: int = 0  # address-space limit per test process; 0 for none
     threads: int | None = None  # torch threads per test process (None: see child_environment)
     keep: bool = False  # keep the temporary sandboxes (for debugging)
-    sandbox: bool = False  # run every process under bwrap (kata.grading.sandbox); batch default
-    probes: bool = True  # check the test reports against the answer probes (instructor mode)
+    sandbox: bool = False  # run the learner's code under bwrap (kata.grading.sandbox); batch default
     hide: tuple = ()  # more paths the sandbox hides (the batch adds the submissions themselves)
     lanes: int = 0  # exercises graded at once per submission (0: the cores / the jobs)
 
@@ -144,10 +152,10 @@ def exercise_files(submission: Path, exercises: list[Exercise]):
     return files, missing
 
 
-def build_sandbox(instructor_root: Path, target: Path, files: dict[str, bytes]) -> None:
-    """A fresh copy of the instructor's kata at ``target`` with the learner's exercise files."""
+def build_trusted_copy(instructor_root: Path, target: Path) -> None:
+    """A fresh copy of the instructor's kata at ``target`` for the trusted side's tests."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
-    for item in SANDBOX_ITEMS:
+    for item in TRUSTED_ITEMS:
         source = instructor_root / item
         if source.is_dir():
             shutil.copytree(source, target / item, ignore=ignore)
@@ -156,8 +164,6 @@ def build_sandbox(instructor_root: Path, target: Path, files: dict[str, bytes]) 
     (target / "exercises").mkdir()
     package = Path("exercises") / "__init__.py"
     shutil.copy2(instructor_root / package, target / package)
-    for module, source in files.items():
-        (target / "exercises" / f"{module}.py").write_bytes(source)
 
 
 # --------------------------------------------------------------------------- instructors
@@ -178,33 +184,30 @@ UNSANDBOXED = "none: graded without a sandbox (--no-sandbox)"
 
 def grade_submission(path: Path, name: str, instructor_root: Path, exercises: list[Exercise],
                      options: GradingOptions, work_parent: Path | None = None) -> SubmissionResult:
+    from .learner_box import LearnerBox, build_learner_box
+
     started = time.monotonic()
-    work = Path(tempfile.mkdtemp(prefix=f"kata-grade-{name[:40]}-", dir=work_parent))
+    work = Path(tempfile.mkdtemp(prefix=f"kata-grade-{_safe(name)[:40]}-", dir=work_parent))
     box = None
     try:
         files, missing = exercise_files(path, exercises)
-        copy = work / "kata"
-        build_sandbox(instructor_root, copy, files)
+        trusted = work / "kata"
+        build_trusted_copy(instructor_root, trusted)
+        build_learner_box(instructor_root, work / "learner", files)
+        os.chmod(work, 0o755)  # the learner's folder is bound in for an unprivileged uid
         to_run = [e for e in exercises if e.id not in missing]
         if options.sandbox:
             from .sandbox import Sandbox
 
             hide = [instructor_root, work_parent or work, path, *options.hide]
             box = Sandbox.create(hide, options.memory_limit_mb)
-        # one warm worker (imports and models once, a forked child per exercise) runs the
-        # answer probes, then every exercise's tests (kata.grading.worker)
-        probes = [e.id for e in to_run] if options.probes and to_run else None
-        if probes is not None:
-            from .probes import PROBES
-
-            probes = [e for e in probes if e in PROBES]
-        run = run_tests(copy, to_run, "exercises", work / "logs", options.timeout,
-                        options.memory_limit_mb, options.threads, sandbox=box, warm=True,
-                        probes=probes, lanes=options.lanes or default_lanes(1))
+        learner = LearnerBox(work / "learner", {e.id: e.module for e in to_run}, box,
+                             options.timeout, options.threads)
+        run = run_tests(trusted, to_run, "exercises", work / "logs", options.timeout,
+                        options.memory_limit_mb, options.threads, warm=True,
+                        lanes=options.lanes or default_lanes(1), learner=learner)
         run.environment["sandbox"] = box.caps if box is not None else UNSANDBOXED
-        answers = run.answers if probes is not None else None
-        result = summarize(exercises, run, missing, name, time.monotonic() - started)
-        return apply_probes(result, answers) if answers is not None else result
+        return summarize(exercises, run, missing, name, time.monotonic() - started)
     finally:
         if box is not None:
             box.close()
@@ -212,19 +215,9 @@ def grade_submission(path: Path, name: str, instructor_root: Path, exercises: li
             shutil.rmtree(work, ignore_errors=True)
 
 
-def apply_probes(result: SubmissionResult, answers: dict) -> SubmissionResult:
-    """Mark every exercise whose reported passes contradict its answer probes as tampered."""
-    from dataclasses import replace
-
-    from .probes import check, verdict
-
-    rows = []
-    for row in result.exercises:
-        line = answers.get(row.exercise.id)
-        why = verdict(row, check(row.exercise.id, line), line is not None) \
-            if row.exercise.id in answers else None
-        rows.append(replace(row, status=Status.TAMPERED, message=why) if why else row)
-    return replace(result, exercises=tuple(rows))
+def _safe(name: str) -> str:
+    """A submission's name as a file name part: letters, digits, '-', '_' and '.' only."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "submission"
 
 
 def _grader_failure(name: str, exercises: list[Exercise], error: BaseException) -> SubmissionResult:
@@ -232,6 +225,44 @@ def _grader_failure(name: str, exercises: list[Exercise], error: BaseException) 
     message = "the grader itself failed on this submission: " + "".join(
         traceback.format_exception_only(type(error), error)).strip()
     return SubmissionResult(name, tuple(ExerciseResult(e, Status.ERROR, (), message)
+                                        for e in exercises))
+
+
+INTERRUPTED = "not graded: the batch was interrupted (Ctrl-C or SIGTERM) before it got here"
+
+
+class _StopOnSignal:
+    """The first Ctrl-C or SIGTERM stops the batch cleanly: the submissions being graded stop at
+    once (their processes, sandboxes and folders removed), the rest are not started, and every
+    result so far is kept (:func:`kata.grading.runner.stopping` says whether it happened)."""
+
+    def __init__(self):
+        self.previous = {}
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for number in (signal.SIGINT, signal.SIGTERM):
+                self.previous[number] = signal.signal(number, self._stop)
+        return self
+
+    def _stop(self, number, frame):
+        from .runner import request_stop
+
+        request_stop()
+
+    def __exit__(self, *exc):
+        import signal
+
+        for number, handler in self.previous.items():
+            signal.signal(number, handler)
+        return False
+
+
+def _not_graded(name: str, exercises: list[Exercise]) -> SubmissionResult:
+    return SubmissionResult(name, tuple(ExerciseResult(e, Status.ERROR, (), INTERRUPTED)
                                         for e in exercises))
 
 
@@ -244,10 +275,6 @@ def grade_batch(paths: list[Path], instructor_root: Path, exercises: list[Exerci
     Results come back in the order of ``paths``. One submission's failure never stops the rest.
     """
     prepare_shared_model_cache()
-    if options.probes:
-        from .probes import prepare_references
-
-        prepare_references()  # while the first workers warm up
     names = submission_names(paths)
     results: dict[str, SubmissionResult] = {}
     if options.sandbox:
@@ -265,21 +292,42 @@ def grade_batch(paths: list[Path], instructor_root: Path, exercises: list[Exerci
         from dataclasses import replace
 
         options = replace(options, lanes=default_lanes(jobs))
+    from .runner import allow_runs, stopping
+
+    allow_runs()  # a batch stopped before in this process does not stop this one
     batch_work = Path(tempfile.mkdtemp(prefix="kata-batch-"))
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {
-            pool.submit(grade_submission, path, name, instructor_root, exercises, options,
-                        batch_work): name
-            for path, name in zip(paths, names)
-        }
-        for future in as_completed(futures):
-            name = futures[future]
-            try:
-                results[name] = future.result()
-            except Exception as error:  # noqa: BLE001 - a grader bug must not stop the batch
-                results[name] = _grader_failure(name, exercises, error)
-            if on_result is not None:
-                on_result(results[name])
-    if not options.keep:
-        shutil.rmtree(batch_work, ignore_errors=True)
+    os.chmod(batch_work, 0o755)  # each learner's folder in it is bound in for an unprivileged uid
+    stop = _StopOnSignal()
+    try:
+        with stop, ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            futures = {
+                pool.submit(_unless_stopped, grade_submission, path, name, instructor_root,
+                            exercises, options, batch_work): name
+                for path, name in zip(paths, names)
+            }
+            for future in as_completed(futures):
+                name = futures[future]
+                try:
+                    results[name] = future.result()
+                except Exception as error:  # noqa: BLE001 - a grader bug must not stop the batch
+                    results[name] = _grader_failure(name, exercises, error)
+                if on_result is not None and not (stopping() and results[name].interrupted):
+                    on_result(results[name])
+    finally:
+        if not options.keep:
+            shutil.rmtree(batch_work, ignore_errors=True)
+    for name in names:
+        results.setdefault(name, _not_graded(name, exercises))
     return [results[name] for name in names]
+
+
+def _unless_stopped(grade, path, name, instructor_root, exercises, options, batch_work):
+    """Grade one submission, unless the batch was stopped before its turn came."""
+    from .runner import stopping
+
+    if stopping():
+        return _not_graded(name, exercises)
+    result = grade(path, name, instructor_root, exercises, options, batch_work)
+    if stopping():  # stopped while it ran: what it got so far is not its grade
+        return _not_graded(name, exercises)
+    return result

@@ -106,11 +106,12 @@ expect(
 # %% [markdown]
 # ## Figure 6: one token through the layers
 #
-# Follow one token (the post takes ` cute`, the second to last) from layer to layer: on the left
+# Follow one token, the post's ` cute` (`kata.FIGURE6_TOKEN`), from layer to layer: on the left
 # every one of its activations as a dot, on the right how spread out they are (their variance).
+# `kata.figure6_token(labels)` finds its index by its text: 8 on GPT-2, 9 on SmolLM2.
 
 # %%
-index = len(labels) - 2
+index = kata.figure6_token(labels)
 variance = ex.activation_variance(hidden, index)
 print(f"variance of token {index} ({labels[index]!r}) per layer:", variance)
 

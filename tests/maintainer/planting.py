@@ -30,7 +30,13 @@ def catalogue(package: str, name: str) -> list:
     return entries
 
 
-def run_planted(entry, rootpath, tmp_path, plugin, options=()) -> None:
+#: How the planted code is reached: in this process, as a learner's ``pytest`` does, or across
+#: the grader's trust boundary (``--kata-remote fork``: the tests here, the code in a forked
+#: learner process, only plain data between them), as ``grader.py batch`` does.
+BOUNDARIES = {"pytest": [], "grader": ["--kata-remote", "fork"]}
+
+
+def run_planted(entry, rootpath, tmp_path, plugin, options=(), boundary: str = "pytest") -> None:
     """Run the tests of ``entry.exercise`` against the solutions with ``entry.code`` planted,
     reporting to ``plugin``; ``options`` are further pytest arguments (selections)."""
     patch = tmp_path / f"{entry.exercise}_{entry.id}.py"
@@ -38,7 +44,7 @@ def run_planted(entry, rootpath, tmp_path, plugin, options=()) -> None:
     pytest.main(
         [
             str(rootpath / EXERCISES[entry.exercise].tests), "--impl", "solutions", *options,
-            f"--kata-patch={entry.exercise}={patch}",
+            f"--kata-patch={entry.exercise}={patch}", *BOUNDARIES[boundary],
             "-q", "-p", "no:cacheprovider", "-p", "no:unraisableexception",
             "--tb=native", "-o", "addopts=",
         ],

@@ -209,8 +209,7 @@ def test_batch_grades_a_submission_and_writes_the_json(toy, tmp_path, capsys):
     submission = tmp_path / "alice"
     shutil.copytree(toy / "solutions", submission / "exercises")
     out = tmp_path / "grades.json"
-    assert cli.main(["batch", str(submission), "--json", str(out), "--timeout", "60",
-                     "--no-probes"],
+    assert cli.main(["batch", str(submission), "--json", str(out), "--timeout", "60"],
                     root=toy) == 0
     data = json.loads(out.read_text())
     assert [s["name"] for s in data["submissions"]] == ["alice"]

@@ -11,7 +11,21 @@ clause to the tests that check it, in the exercise's own test file:
   function *and* expects that error: ``pytest.raises(X, ...)`` or the support helper
   ``raises_clearly(X, ...)``.
 
+* **Prose promises** (:data:`PROSE_PROMISES`): a sentence such as "lists the pieces", "never
+  scale in place", "detached from autograd", "float32", "on the CPU", "sums to 1", "never NaN",
+  "names the valid range" or "every hook is removed" needs a test that reaches the function and
+  looks at that property: it names the attribute, call or check that observes it
+  (``requires_grad``, ``torch.float32``, ``"cpu"``, ``isnan``, ``check_message_names`` ...).
+
 A clause without such a test fails here, naming the function and the clause.
+
+The same docstrings follow **one layout** (checked here too): a summary line, what the function
+does, then paragraphs that begin ``Returns``, ``Raises`` (when it raises), ``Hint:``,
+``On the models:`` (when there is something to see on them) and ``Post:``, in that order; no
+``Args:`` sections, no measurement notes ("Measured", "Memory", "not measured here"). And **one
+bad-index rule**: a position, token index or layer argument out of range raises ``IndexError``
+(``kata.token_index``, ``kata.layer_index``); a token id that is no token raises ``ValueError``
+(``kata.token_id``).
 """
 
 from __future__ import annotations
@@ -51,7 +65,7 @@ def promises(exercise) -> dict[str, dict]:
         if isinstance(node, ast.FunctionDef) and node.name in exercise.functions:
             doc = ast.get_docstring(node) or ""
             found[node.name] = {"returns": bool(re.search(r"\bReturns?\b", doc)),
-                                "raises": promised_errors(doc)}
+                                "raises": promised_errors(doc), "prose": promised_prose(doc)}
     return found
 
 
@@ -123,6 +137,52 @@ class ReachMap:
         return found
 
 
+#: (promise, docstring pattern, evidence): a test that checks the promise names one of the
+#: evidence items: a name or attribute (``requires_grad``), a string constant equal to it
+#: (``"cpu"``), or, for an item starting with ``~``, a string constant containing the rest.
+PROSE_PROMISES = [
+    ("lists the pieces", r"lists? the pieces", {"~should list the pieces"}),
+    ("builds new tensors (never in place)", r"in place|out of place",
+     {"_version", "data_ptr", "~in place"}),
+    ("detached from autograd", r"detached|without gradients|no autograd",
+     {"requires_grad", "grad_fn"}),
+    ("float32", r"float32", {"float32"}),
+    ("on the CPU", r"\bCPU\b", {"cpu"}),
+    ("int64", r"int64", {"int64"}),
+    ("sums to 1", r"sums? to 1", {"exp", "logsumexp"}),
+    ("never NaN", r"\bNaN\b", {"isnan"}),
+    ("names the valid range", r"nam\w+ the valid range|say ``?\"token id\"",
+     {"check_message_names", "~valid range"}),
+    ("every hook removed", r"\bremoved?\b.*\bhooks?\b|\bhooks?\b[^.]*\bremoved?\b",
+     {"~hook", "hooks_before", "_forward_hooks"}),
+    ("keeps the leading space", r"leading space", {"strip", "~leading space"}),
+]
+
+
+def promised_prose(docstring: str) -> list[str]:
+    """The prose promises (by name) that a docstring makes."""
+    flat = " ".join(docstring.split())
+    return [name for name, pattern, _ in PROSE_PROMISES if re.search(pattern, flat)]
+
+
+def shows_evidence(nodes, evidence: set[str]) -> bool:
+    for node in nodes:
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and n.id in evidence:
+                return True
+            if isinstance(n, ast.Attribute) and n.attr in evidence:
+                return True
+            if isinstance(n, ast.Constant) and isinstance(n.value, str):
+                if n.value in evidence or any(
+                        item.startswith("~") and item[1:] in n.value for item in evidence):
+                    return True
+            if isinstance(n, ast.JoinedStr):
+                text = "".join(v.value for v in n.values if isinstance(v, ast.Constant))
+                if any(item.startswith("~") and item[1:] in text for item in evidence):
+                    return True
+    return False
+
+
 def contract_map() -> dict[tuple[str, str, str], list[str]]:
     """(exercise, function, clause) -> the tests that check it; clause "Returns" or "Raises X"."""
     mapping = {}
@@ -134,6 +194,12 @@ def contract_map() -> dict[tuple[str, str, str], list[str]]:
             for error in sorted(promised["raises"]):
                 mapping[(exercise.id, function, f"Raises {error}")] = test_file.tests_for(
                     function, error)
+            for promise in promised["prose"]:
+                evidence = next(e for name, _, e in PROSE_PROMISES if name == promise)
+                mapping[(exercise.id, function, f"promises: {promise}")] = [
+                    test.name for test in test_file.tests
+                    if test_file.names_function(nodes := test_file.reachable(test), function)
+                    and shows_evidence(nodes, evidence)]
     return mapping
 
 
@@ -155,10 +221,130 @@ def test_every_public_function_with_a_docstring_promise_is_found():
 
 
 @pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.id)
-def test_every_returns_and_raises_clause_has_a_test(exercise):
+def test_every_returns_and_raises_clause_and_prose_promise_has_a_test(exercise):
     untested = [f"{function}: {clause}" for (exercise_id, function, clause), tests
                 in contract_map().items() if exercise_id == exercise.id and not tests]
     assert not untested, (
         f"{exercise.tests} has no test for these docstring promises of "
-        f"{exercise.source('solutions')} (a test must reach ex.<function>, and for Raises X use "
-        f"pytest.raises(X) or raises_clearly(X, ...)): {untested}")
+        f"{exercise.source('solutions')} (a test must reach ex.<function>; for Raises X use "
+        f"pytest.raises(X) or raises_clearly(X, ...); for a prose promise, look at the property "
+        f"it promises, see PROSE_PROMISES): {untested}")
+
+
+def test_the_prose_promise_finder_reads_sentences_across_lines():
+    assert promised_prose("raise a ``ValueError`` that lists\n    the pieces the tokenizer made") == [
+        "lists the pieces"]
+    assert "detached from autograd" in promised_prose("a float32 CPU tensor, detached from autograd")
+    assert "every hook removed" in promised_prose("Every hook is removed before returning")
+    assert promised_prose("Returns an int.") == []
+
+
+# ----------------------------------------------------------------------------- one layout
+
+#: The paragraphs a docstring may have after its description, in this order.
+LAYOUT = ["Returns", "Raises", "Hint:", "On the models:", "Post:"]
+REQUIRED = {"Returns", "Hint:", "Post:"}
+FORBIDDEN = [r"^\s*Args:", r"^\s*Returns:\s*$", r"^\s*Raises:\s*$", r"^\s*Measured\b",
+             r"^\s*Expected:", r"^\s*Memory:", r"not measured here"]
+
+
+def layout_problems(doc: str) -> list[str]:
+    """What keeps a docstring from the one layout (empty when it follows it)."""
+    problems = [f"has {pattern!r}" for pattern in FORBIDDEN
+                if re.search(pattern, doc, flags=re.MULTILINE)]
+    paragraphs = [p.strip() for p in re.split(r"\n\s*\n", doc) if p.strip()]
+    order = []
+    for paragraph in paragraphs[1:]:
+        head = next((h for h in LAYOUT if paragraph.startswith(h)), None)
+        if head is not None:
+            order.append(head)
+        elif order and order[-1] != "Returns":
+            problems.append(f"a paragraph after {order[-1]!r} that is none of {LAYOUT}: "
+                            f"{paragraph[:50]!r}")
+    for head in REQUIRED - set(order):
+        problems.append(f"no paragraph beginning {head!r}")
+    if order != sorted(order, key=LAYOUT.index):
+        problems.append(f"paragraphs in the order {order}, expected the order {LAYOUT}")
+    if len(order) != len(set(order)):
+        problems.append(f"a paragraph heading repeated: {order}")
+    return problems
+
+
+def test_the_layout_check_knows_the_layout():
+    good = ("One line.\n\nWhat it does.\n\nReturns a tensor.\nRaises ``ValueError`` for x.\n\n"
+            "Hint: this.\n\nOn the models: that.\n\nPost: demo 1.")
+    assert layout_problems(good) == []
+    assert any("Args" in p for p in layout_problems(good.replace("What it does.", "Args:\n  x: y")))
+    assert any("order" in p for p in layout_problems(good.replace("Hint: this.\n\nOn the models: that.",
+                                                                  "On the models: that.\n\nHint: this.")))
+    assert any("Post:" in p for p in layout_problems(good.replace("\n\nPost: demo 1.", "")))
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.id)
+def test_every_docstring_follows_the_one_layout(exercise):
+    tree = ast.parse((ROOT / exercise.source("solutions")).read_text(encoding="utf-8"))
+    problems = [f"{node.name}: {problem}" for node in tree.body
+                if isinstance(node, ast.FunctionDef) and node.name in exercise.functions
+                for problem in layout_problems(ast.get_docstring(node) or "")]
+    assert not problems, (
+        f"{exercise.source('solutions')}: these docstrings leave the one layout (a description, "
+        f"then {' / '.join(LAYOUT)}):\n" + "\n".join(problems))
+
+
+# ----------------------------------------------------------------------------- bad indices
+
+#: parameter -> the error a bad value must raise, by the kata's one rule.
+INDEX_PARAMETERS = {"token_index": "IndexError", "position": "IndexError",
+                    "positions": "IndexError", "layer": "IndexError", "target_id": "ValueError"}
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.id)
+def test_bad_indices_follow_the_one_rule(exercise):
+    tree = ast.parse((ROOT / exercise.source("solutions")).read_text(encoding="utf-8"))
+    problems = []
+    for node in tree.body:
+        if not (isinstance(node, ast.FunctionDef) and node.name in exercise.functions):
+            continue
+        promised = promised_errors(ast.get_docstring(node) or "")
+        for argument in node.args.args:
+            wanted = INDEX_PARAMETERS.get(argument.arg)
+            if wanted and wanted not in promised:
+                problems.append(f"{node.name}({argument.arg}=...) promises no {wanted}")
+    assert not problems, (
+        "a bad position, token index or layer raises IndexError (kata.token_index, "
+        "kata.layer_index), a bad token id ValueError (kata.token_id); the docstring says so in "
+        "a Raises sentence: " + "; ".join(problems))
+
+
+# ----------------------------------------------------------------------------- hints live once
+
+
+def _plain(text: str) -> str:
+    return " ".join(text.replace("``", "").split())
+
+
+def docstring_hint(doc: str) -> str:
+    paragraph = next((p for p in re.split(r"\n\s*\n", doc) if p.strip().startswith("Hint:")), "")
+    return _plain(paragraph.strip()[len("Hint:"):])
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.id)
+def test_the_docstring_hint_is_the_manifests_first_level(exercise):
+    """Hints live once: the docstring's ``Hint:`` says what ``grader.py hint`` shows first (the
+    concept), word for word; the manifest's later levels (the API, then nearly the answer) add
+    to it and are not in the docstring."""
+    tree = ast.parse((ROOT / exercise.source("solutions")).read_text(encoding="utf-8"))
+    problems = []
+    for node in tree.body:
+        if not (isinstance(node, ast.FunctionDef) and node.name in exercise.functions):
+            continue
+        levels = exercise.hints_for(node.name)
+        hint = docstring_hint(ast.get_docstring(node) or "")
+        if not levels:
+            problems.append(f"{node.name}: no hints in the manifest")
+        elif hint != _plain(levels[0]):
+            problems.append(f"{node.name}: the docstring's Hint {hint!r} is not the manifest's "
+                            f"first level {_plain(levels[0])!r}")
+        elif len(levels) < 2:
+            problems.append(f"{node.name}: one hint level only; add the API, then the near-answer")
+    assert not problems, "\n".join(problems)

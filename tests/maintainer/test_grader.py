@@ -132,8 +132,7 @@ def batch(toy, tmp_path_factory):
          "--timeout", str(BATCH_TIMEOUT), "--memory-limit", str(BATCH_MEMORY_MB),
          "--csv", str(out / "grades.csv"), "--json", str(out / "grades.json"),
          "--gradescope", str(out / "gradescope"),
-         "--lanes", "2",  # two exercises at once in each submission's warm worker
-         "--no-probes"],  # the toy exercises are not the real ones the probes know
+         "--lanes", "2"],  # two exercises at once in each submission's warm worker
         cwd=toy, capture_output=True, text=True, timeout=300)
     seconds = time.monotonic() - started
     assert process.returncode == 0, process.stdout[-2000:] + process.stderr[-3000:]

@@ -55,12 +55,13 @@ class FirstFailure:
         return lines[-1][:300] if lines else ""
 
 
-def run_tests_with_mistake(mistake: Mistake, rootpath, tmp_path) -> FirstFailure:
+def run_tests_with_mistake(mistake: Mistake, rootpath, tmp_path,
+                           boundary: str = "pytest") -> FirstFailure:
     """Run the exercise's tests with the mistake planted: the fast tests on the tiny model first,
     then, only if none of them failed, all of them."""
     for selection in (["-m", "not trained"], []):
         first = FirstFailure()
-        run_planted(mistake, rootpath, tmp_path, first, selection)
+        run_planted(mistake, rootpath, tmp_path, first, selection, boundary)
         if first.test is not None:
             break
     return first
@@ -88,9 +89,12 @@ def test_diagnosis_ids_are_kebab_case_and_each_names_one_mistake():
 SHARED_DIAGNOSES = {"not-a-tensor", "hook-left-on-model"}
 
 
+@pytest.mark.parametrize("boundary", ["pytest", "grader"])
 @pytest.mark.parametrize("mistake", MISTAKES, ids=lambda m: f"{m.exercise}-{m.id}")
-def test_mistake_is_caught_and_named(mistake, request, tmp_path, capsys):
-    first = run_tests_with_mistake(mistake, request.config.rootpath, tmp_path)
+def test_mistake_is_caught_and_named(mistake, boundary, request, tmp_path, capsys):
+    """The same verdict for the learner's own ``pytest`` and for the grader, which runs the
+    code across its trust boundary (only plain data between the tests and the code)."""
+    first = run_tests_with_mistake(mistake, request.config.rootpath, tmp_path, boundary)
     capsys.readouterr()  # the inner run's output is noise here
     assert first.test is not None, (
         f"no test of {mistake.exercise} fails when the learner {mistake.summary}"

@@ -1,18 +1,27 @@
-"""Hostile submissions graded in one sandboxed batch next to honest ones (issue 11).
+"""Hostile submissions graded in one sandboxed batch next to honest ones (issues 11 and 22).
 
 Each attacker is built at test time from the reference solution or the stub of one exercise
-(ex2, the fastest to grade) plus an attack that runs when the file is imported. One batch grades
-an honest submission, every attacker, and another honest submission, two at a time, with the
-answer probes on. Each test then asserts what an instructor needs: honest submissions keep full
-marks, an attacker gains nothing it did not earn, no process is left, and the instructor's tree,
-venv and model cache are byte-identical afterwards. Everything skips, with the reason, where no
-sandbox can be made.
+(ex2, the fastest to grade) plus an attack that runs when the file is imported or when one of its
+functions is called. One batch grades an honest submission, every attacker, and another honest
+submission, two at a time. The tests then assert what an instructor needs: honest submissions
+keep full marks, an attacker gains nothing it did not earn, every output is strictly valid and
+holds no secret, no process is left, the disk did not grow, and the instructor's tree, venv and
+model cache are byte-identical afterwards. Everything skips, with the reason, where no sandbox
+can be made.
+
+Since issue 22 the tests, the references and the recorder run on the trusted side, and the
+learner's code in the sandbox with only its own file and the learner-facing kata: the forgeries
+of the old design (patching the recorder or pytest, writing records to an inherited descriptor,
+running the shipped variants, asking the grader's own reference code) find nothing to act on.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import shutil
+import tempfile
 import subprocess
 import sys
 import textwrap
@@ -108,19 +117,116 @@ if os.fork() == 0:
     os._exit(0)
 '''
 
-FORGE_RECORDER = r'''
-import kata.grading.recorder as _recorder
-_recorder.Recorder._finish = lambda self, record, phases: record
+FORGE = r'''
+# patch the recorder, pytest's reports and the answer probes, wherever they can be found
+for _name in ("kata.grading.recorder", "kata.grading.probes", "_pytest.reports"):
+    try:
+        __import__(_name)
+    except Exception:
+        pass
+import sys as _sys
+if "kata.grading.recorder" in _sys.modules:
+    _sys.modules["kata.grading.recorder"].Recorder._finish = lambda self, record, phases: record
+if "_pytest.reports" in _sys.modules:
+    _reports = _sys.modules["_pytest.reports"]
+    _original = _reports.TestReport.__init__
+    def _forged(self, *args, **kwargs):
+        _original(self, *args, **kwargs)
+        self.outcome = "passed"
+        self.longrepr = None
+    _reports.TestReport.__init__ = _forged
+# inflate: fake records on every descriptor the process holds
+import json as _json, os as _os
+_line = (_json.dumps({"event": "result", "nodeid": "x", "exercise": "ex2", "outcome": "passed"})
+         + "\\n").encode() * 2000
+for _fd in range(3, 256):
+    try:
+        _os.write(_fd, _line)
+    except OSError:
+        pass
 '''
 
-FORGE_REPORT = r'''
-import _pytest.reports as _reports
-_original = _reports.TestReport.__init__
-def _forged(self, *args, **kwargs):
-    _original(self, *args, **kwargs)
-    self.outcome = "passed"
-    self.longrepr = None
-_reports.TestReport.__init__ = _forged
+ORACLE = r'''
+# every function answers with the grader's own reference code, or a shipped correct variant
+def _oracle(*args, **kwargs):
+    for name in ("kata.reference", "tests.support", "tests.variants.ex2", "solutions.ex2_cosine_similarity"):
+        try:
+            __import__(name)
+        except Exception:
+            continue
+        raise SystemExit(f"found {name}")
+    return None
+for _name in ("cosine_similarity_matrix", "token_similarity", "layer_similarity",
+              "laminar_profile", "plot_layer_similarity", "plot_token_similarity",
+              "plot_laminar_profile"):
+    globals()[_name] = _oracle
+import glob as _glob
+for _path in _glob.glob("/**/variants/ex2.py", recursive=True)[:1]:
+    exec(compile(open(_path).read(), _path, "exec"), globals())
+'''
+
+HANG = r'''
+import os as _os, signal as _signal, sys as _sys, time as _time
+def cosine_similarity_matrix(vectors):
+    try:
+        _os.kill(_os.getppid(), _signal.SIGSTOP)  # stop the warm master (its own, in the sandbox)
+    except OSError:
+        pass
+    while True:  # keep-alive lines, forever
+        print("still working", flush=True)
+        _time.sleep(1)
+'''
+
+CRASH_REPORTS = r'''
+import math as _math
+class Diagnosis(AssertionError):
+    pass
+def _raise(*args, **kwargs):
+    error = Diagnosis("<!--<script>alert(1)</script>\u001b[2J")
+    error.id = ["not", "hashable"]
+    raise error
+def _nan(*args, **kwargs):
+    error = ValueError(float("nan"))
+    error.id = float("nan")
+    raise error
+cosine_similarity_matrix = _raise
+token_similarity = _nan
+'''
+
+FALLOCATE = r'''
+import ctypes as _ctypes, os as _os
+_libc = _ctypes.CDLL(None, use_errno=True)
+for _fd in range(0, 256):
+    try:
+        _libc.fallocate(_fd, 1, _ctypes.c_long(0), _ctypes.c_long(3 * 2**30))  # KEEP_SIZE
+    except Exception:
+        pass
+'''
+
+BIG = r'''
+import torch as _torch
+def cosine_similarity_matrix(vectors):
+    return _torch.zeros(100 * 2**20)  # 400 MB of float32
+'''
+
+SECRETS = r'''
+import os as _os
+from pathlib import Path as _Path
+def _leak(*args, **kwargs):
+    found = {k: v for k, v in _os.environ.items() if "TOKEN" in k or "KEY" in k}
+    for folder in [_Path.home(), _Path("/root"), *[_Path(v) for v in _os.environ.values()
+                                                     if v.startswith("/")]]:
+        for path in list(folder.glob("**/token"))[:5] if folder.is_dir() else []:
+            try:
+                found[str(path)] = path.read_text()
+            except OSError:
+                pass
+    try:
+        found["shadow"] = open("/etc/shadow").read()[:40]
+    except OSError:
+        pass
+    raise ValueError(f"uid={_os.getuid()} {found}")
+cosine_similarity_matrix = _leak
 '''
 
 STATE = r'''
@@ -136,9 +242,11 @@ def _source(kind: str) -> str:
     solution = (REPO / EXERCISE.source("solutions")).read_text()
     stub = (REPO / EXERCISE.source("exercises")).read_text()
     attack = {"steal": (stub, STEAL), "writes": (solution, WRITES),
-              "daemon": (stub, DAEMON.replace("MARKER", MARKER)),
-              "forge_recorder": (stub, FORGE_RECORDER), "forge_report": (stub, FORGE_REPORT),
-              "state": (solution, STATE), "honest": (solution, "")}[kind]
+              "daemon": (stub, DAEMON.replace("MARKER", MARKER)), "forge": (stub, FORGE),
+              "oracle": (stub, ORACLE), "state": (solution, STATE), "hang": (solution, HANG),
+              "reports": (solution, CRASH_REPORTS), "fallocate": (stub, FALLOCATE),
+              "big": (solution, BIG), "secrets": (solution, SECRETS),
+              "honest": (solution, "")}[kind]
     base, extra = attack
     return base + "\n\nREPO = " + repr(str(REPO)) + "\n" + textwrap.dedent(extra)
 
@@ -194,15 +302,17 @@ def _marked_processes() -> list[str]:
     return found
 
 
-KINDS = ["honest", "steal", "writes", "daemon", "forge_recorder", "forge_report", "state",
-         "honest"]
+KINDS = ["honest", "steal", "writes", "daemon", "forge", "oracle", "state", "hang", "reports",
+         "fallocate", "big", "secrets", "honest"]
+SECRET = f"hf_kataSECRET{os.getpid()}"
+BATCH_TIMEOUT = 40  # seconds per exercise: ex2's tests take a few; the hang uses all of it
 
 
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory):
     if not AVAILABLE:
         pytest.skip(f"no sandbox here: {WHY}")
-    from kata.grading.submissions import GradingOptions, grade_batch
+    from kata.grading import cli
 
     folder = tmp_path_factory.mktemp("hostile")
     paths = []
@@ -211,19 +321,60 @@ def batch(tmp_path_factory):
         path.mkdir(parents=True)
         (path / f"{EXERCISE.module}.py").write_text(_source(kind))
         paths.append(path.parent)
+    hf_home = folder / "hf-home"  # a Hugging Face cache with a token file, as a real one has
+    (hf_home / "hub").mkdir(parents=True)
+    (hf_home / "token").write_text(SECRET)
+    out = folder / "out"
+    out.mkdir()
     before = _fingerprints()
-    options = GradingOptions(timeout=60, memory_limit_mb=4096, sandbox=True, probes=True)
+    work = folder / "work"  # the batch's own folders, kept (--keep) to be measured
+    work.mkdir()
+    saved_tempdir, tempfile.tempdir = tempfile.tempdir, str(work)
     started = time.monotonic()
-    results = grade_batch(paths, REPO, [EXERCISE], options, jobs=2)
+    env = {"HF_TOKEN": SECRET, "OPENAI_API_KEY": SECRET, "HF_HOME": str(hf_home)}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        code = cli.main(["batch", *map(str, paths), "-j", "2", "--timeout", str(BATCH_TIMEOUT),
+                         "--json", str(out / "grades.json"),
+                         "--csv", str(out / "grades.csv"), "--report", str(out / "report.html"),
+                         "--gradescope", str(out / "gradescope"), "--keep"], root=REPO)
+    finally:
+        tempfile.tempdir = saved_tempdir
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     seconds = time.monotonic() - started
     time.sleep(0.5)  # the sandboxes' own PID 1 processes take a moment to go
+    from kata.grading.records import SubmissionResult
+
+    data = json.loads((out / "grades.json").read_text(), parse_constant=_no_constant)
+    results = [SubmissionResult.from_json(s, load_manifest()) for s in data["submissions"]]
     return {"results": {f"{n}-{k}": r for n, (k, r) in enumerate(zip(KINDS, results))},
-            "before": before, "after": _fingerprints(), "seconds": seconds,
-            "left": _marked_processes()}
+            "code": code, "out": out, "before": before, "after": _fingerprints(),
+            "seconds": seconds, "left": _marked_processes(),
+            "allocated": _allocated(work) + _allocated(out)}
+
+
+def _allocated(folder: Path) -> int:
+    """Bytes of disk the files under ``folder`` hold (``fallocate`` counts, file sizes not)."""
+    total = 0
+    for path in folder.rglob("*"):
+        try:
+            total += path.lstat().st_blocks * 512
+        except OSError:
+            pass
+    return total
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} in a JSON file the kata wrote")
 
 
 def _row(batch, name):
-    return batch["results"][name].exercises[0]
+    return next(row for row in batch["results"][name].exercises if row.exercise.id == EXERCISE.id)
 
 
 @needs_sandbox
@@ -235,6 +386,13 @@ def test_honest_submissions_keep_full_marks(batch):
 
 
 @needs_sandbox
+@pytest.mark.parametrize("name", ["1-steal", "3-daemon", "4-forge", "5-oracle", "9-fallocate"])
+def test_no_work_earns_nothing(batch, name):
+    row = _row(batch, name)
+    assert row.points == 0, (name, row.status, row.message)
+
+
+@needs_sandbox
 def test_a_global_module_hook_is_reported_and_costs_only_its_own_exercise(batch):
     row = _row(batch, "6-state")
     assert row.status is Status.IN_PROGRESS and "global module hook" in row.message
@@ -242,23 +400,71 @@ def test_a_global_module_hook_is_reported_and_costs_only_its_own_exercise(batch)
 
 
 @needs_sandbox
-def test_the_solutions_cannot_be_found(batch):
-    row = _row(batch, "1-steal")
-    assert row.points == 0 and row.status is Status.NOT_STARTED, row.message
+def test_a_hang_is_stopped_by_the_deadline(batch):
+    row = _row(batch, "7-hang")
+    assert row.status is Status.TIMED_OUT, (row.status, row.message)
+    assert batch["seconds"] < len(KINDS) * BATCH_TIMEOUT, batch["seconds"]
 
 
 @needs_sandbox
-@pytest.mark.parametrize("name", ["4-forge_recorder", "5-forge_report"])
-def test_forged_results_are_caught_by_the_probes(batch, name):
-    row = _row(batch, name)
-    assert row.status is Status.TAMPERED, (row.status, row.message)
-    assert row.points == 0 and "NotImplementedError" in row.message
+def test_a_forged_diagnosis_is_only_a_failure(batch):
+    """An exception named Diagnosis with a list for an id, a NaN id, markup and escape codes in
+    the message: a failing test of the learner's, nothing more; every output stays valid."""
+    row = _row(batch, "8-reports")
+    assert row.status is not Status.DONE and row.points < row.max_points, row.message
+    ids = {t.diagnosis for t in row.tests}
+    assert all(i is None or isinstance(i, str) for i in ids), ids
+
+
+@needs_sandbox
+def test_every_output_is_strictly_valid_and_shows_every_learner(batch):
+    out = batch["out"]
+    assert batch["code"] in (0, 1), batch["code"]
+    for path in [out / "grades.json", *sorted((out / "gradescope").glob("*.json"))]:
+        json.loads(path.read_text(), parse_constant=_no_constant)  # no NaN, no Infinity
+    html = (out / "report.html").read_text()
+    assert "<!--<script>" not in html
+    try:
+        import html5lib
+    except ImportError:
+        return
+    body = html5lib.parse(html, namespaceHTMLElements=False).find("body")
+    text = "".join(body.itertext())
+    for number, kind in enumerate(KINDS):
+        assert f"{number}-{kind}" in text, f"{number}-{kind} is not shown in the report's body"
+
+
+@needs_sandbox
+def test_a_huge_result_is_refused_not_read(batch):
+    row = _row(batch, "10-big")
+    assert row.points < row.max_points
+    assert any("cannot be graded" in (t.message or "") or "limit" in (t.message or "")
+               for t in row.tests), [t.message for t in row.tests][:3]
+
+
+@needs_sandbox
+def test_no_secret_reaches_any_output(batch):
+    row = _row(batch, "11-secrets")
+    messages = " ".join(t.message or "" for t in row.tests)
+    assert "uid=" in messages, messages[:500]  # the attack ran and said what it found
+    if os.geteuid() == 0:
+        assert "uid=0" not in messages, "the learner's code ran as root"
+    assert "shadow" not in messages.split("{", 1)[-1], "it read /etc/shadow"
+    for path in batch["out"].rglob("*"):
+        if path.is_file():
+            assert SECRET not in path.read_text(errors="replace"), f"the token is in {path}"
 
 
 @needs_sandbox
 def test_nothing_outlives_the_batch(batch):
     assert batch["left"] == [], f"processes left behind: {batch['left']}"
-    assert _row(batch, "3-daemon").points == 0
+
+
+@needs_sandbox
+def test_the_disk_grows_by_no_more_than_the_caps(batch):
+    """The learner's side holds no host file (pipes only), so ``fallocate`` on its descriptors
+    reserves nothing: what the batch wrote, kept, is the records, logs and copies."""
+    assert batch["allocated"] < 256 * 2**20, f"{batch['allocated'] / 2**20:.0f} MiB on disk"
 
 
 @needs_sandbox
@@ -275,6 +481,43 @@ def test_reports_say_the_batch_was_sandboxed(batch):
     assert "processes" in result.environment["sandbox"]
     assert "sandbox:" in reports.describe_environment(reports.environment(result))
     assert reports.csv_row(result)[-1] == result.environment["sandbox"]
+
+
+@needs_sandbox
+def test_the_learners_side_holds_no_answer(tmp_path):
+    """List every file a sandboxed learner process can read outside the system's folders: the
+    learner's own file and the learner-facing kata, nothing that knows an answer."""
+    from kata.grading.learner_box import build_learner_box
+    from kata.grading.sandbox import Sandbox
+
+    box = tmp_path / "learner"
+    build_learner_box(REPO, box, {EXERCISE.module: _source("honest").encode()})
+    sandbox = Sandbox.create([REPO, tmp_path], 0)
+    walk = textwrap.dedent('''
+        import os
+        skip = ("/proc", "/sys", "/dev", "/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc")
+        for top in ("/",):
+            for folder, subdirs, files in os.walk(top):
+                if folder.startswith(skip) or "site-packages" in folder or "/lib/python3" in folder:
+                    subdirs[:] = []
+                    continue
+                for name in files:
+                    path = os.path.join(folder, name)
+                    if os.access(path, os.R_OK):
+                        print(path)
+    ''')
+    try:
+        command = sandbox.command([sys.executable, "-c", walk], box, {})
+        done = subprocess.run(command, env=sandbox.environment(dict(os.environ)),
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        sandbox.close()
+    readable = done.stdout.splitlines()
+    assert any(p.endswith(f"exercises/{EXERCISE.module}.py") for p in readable), done.stderr
+    forbidden = [p for p in readable if p.endswith("/token") or any(part in p for part in (
+        "/tests/", "/solutions/", "/variants/", "/mistakes/", "/grading/", "reference.py",
+        "exercises.toml"))]
+    assert not forbidden, f"the learner's side can read: {forbidden[:10]}"
 
 
 # --------------------------------------------------------------------------- without grading
@@ -360,20 +603,20 @@ def test_one_exercise_cannot_reach_the_next_in_the_warm_worker(tmp_path):
 
     first = next(e for e in load_manifest() if e.id == "ex1")
     marker = f"kata-next-{os.getpid()}-{int(time.time())}"
-    attack = STATE + textwrap.dedent(f'''
-        import kata.pytest_plugin as _plugin
-        for _model, _tokenizer, _clean in _plugin._SESSION_MODELS.values():
-            with torch.no_grad():
-                for _p in _model.parameters():
-                    _p.mul_(0.5)
+    attack = STATE + textwrap.dedent('''
+        import kata.remote.server as _server, gc as _gc
+        for _models in [o for o in _gc.get_objects() if isinstance(o, _server.Models)]:
+            for _model, _tokenizer, _clean in _models.loaded.values():
+                with torch.no_grad():
+                    for _p in _model.parameters():
+                        _p.mul_(0.5)
     ''') + DAEMON.replace("MARKER", marker)
     folder = tmp_path / "attacker" / "exercises"
     folder.mkdir(parents=True)
     (folder / f"{first.module}.py").write_text(
         (REPO / first.source("solutions")).read_text() + "\n" + attack)
     (folder / f"{EXERCISE.module}.py").write_text(_source("honest"))
-    options = GradingOptions(timeout=60, memory_limit_mb=4096, sandbox=True, probes=True,
-                             lanes=1)
+    options = GradingOptions(timeout=60, memory_limit_mb=4096, sandbox=True, lanes=1)
     [result] = grade_batch([folder.parent], REPO, [first, EXERCISE], options, jobs=1)
     rows = {row.exercise.id: row for row in result.exercises}
     assert rows["ex2"].status is Status.DONE and rows["ex2"].points == rows["ex2"].max_points, \
@@ -390,3 +633,41 @@ def _cmdline(entry: Path) -> bytes:
         return (entry / "cmdline").read_bytes()
     except OSError:
         return b""
+
+
+GS_DAEMON = r'''
+import json, os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        for _ in range(600):  # wait for the grader's results.json, then rewrite it
+            for path in ("/autograder/results/results.json", os.environ.get("KATA_GS_RESULTS", "")):
+                if path and os.path.exists(path):
+                    with open(path, "w") as handle:
+                        json.dump({"score": 999, "tests": []}, handle)
+            time.sleep(0.1)
+        os._exit(0)
+    os._exit(0)
+'''
+
+
+@needs_sandbox
+def test_gradescope_grades_in_the_sandbox_too(tmp_path):
+    """Gradescope's run_autograder path: a daemon left by the stubs cannot rewrite results.json,
+    because the learner's code ran in the same sandbox as in `batch`, which dies with it."""
+    from kata.grading.gradescope import grade_for_gradescope
+
+    root = tmp_path / "autograder"
+    (root / "submission" / "exercises").mkdir(parents=True)
+    (root / "source").symlink_to(REPO)
+    stub = (REPO / EXERCISE.source("exercises")).read_text()
+    (root / "submission" / "exercises" / f"{EXERCISE.module}.py").write_text(stub + GS_DAEMON)
+    os.environ["KATA_GS_RESULTS"] = str(root / "results" / "results.json")
+    try:
+        result = grade_for_gradescope(root, [EXERCISE.id], timeout=60)
+    finally:
+        os.environ.pop("KATA_GS_RESULTS", None)
+    assert result is not None and "processes" in result.environment["sandbox"]
+    time.sleep(2)  # a daemon, had it survived, would have rewritten the file by now
+    data = json.loads((root / "results" / "results.json").read_text())
+    assert data["score"] == 0, data["score"]

@@ -24,7 +24,10 @@ MIN_VARIANTS_PER_EXERCISE = 4
 
 # Slow tests (tens of SmolLM2 forward passes), run only for the variants that redefine one of the
 # functions they exercise; for the others they would only check the solution's code again.
-SLOW_TESTS: dict[str, set[str]] = {}  # none today: ex3's trained-model check runs 4 blocks
+SLOW_TESTS: dict[str, set[str]] = {  # ex3's trained-model check runs 4 blocks, so it is not here
+    "tests/test_ex6_activation_patching.py::test_smollm2_keeps_paris_at_the_subject_then_at_the_last_token":
+        {"fast_patching_effect", "logit_difference"},
+}
 
 
 # Exercises whose trained-model tests are left out of the variants check: each variant would
@@ -80,12 +83,15 @@ class Outcomes:
             self.failures.append(f"collection of {report.nodeid} failed: {report.longreprtext[-400:]}")
 
 
-def run_tests_with_variant(variant: Variant, rootpath, tmp_path) -> Outcomes:
+def run_tests_with_variant(variant: Variant, rootpath, tmp_path,
+                           boundary: str = "pytest") -> Outcomes:
     outcomes = Outcomes()
     deselect = [f"--deselect={nodeid}" for nodeid in slow_tests_to_skip(variant)]
-    if variant.exercise in TINY_MODEL_ONLY:
+    if variant.exercise in TINY_MODEL_ONLY or boundary == "grader":
+        # across the boundary, the tiny-model tests hold every kind of value that crosses
+        # (hooks, toys, identities, figures); the trained-model tests only compare numbers
         deselect += ["-m", "not trained"]
-    run_planted(variant, rootpath, tmp_path, outcomes, deselect)
+    run_planted(variant, rootpath, tmp_path, outcomes, deselect, boundary)
     return outcomes
 
 
@@ -105,9 +111,12 @@ def test_catalogue_has_enough_variants_for_every_exercise():
             f"{exercise.functions}, it defines {sorted(defined_functions(variant))}")
 
 
+@pytest.mark.parametrize("boundary", ["pytest", "grader"])
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
-def test_correct_variant_passes_every_test(variant, request, tmp_path, capsys):
-    outcomes = run_tests_with_variant(variant, request.config.rootpath, tmp_path)
+def test_correct_variant_passes_every_test(variant, boundary, request, tmp_path, capsys):
+    """No false alarm for the learner's own ``pytest``, nor for the grader, which runs the code
+    across its trust boundary."""
+    outcomes = run_tests_with_variant(variant, request.config.rootpath, tmp_path, boundary)
     capsys.readouterr()  # the inner run's output is noise here
     assert not outcomes.failures, (
         f"a correct variant ({variant.summary}) fails {len(outcomes.failures)} test(s) of "

@@ -142,7 +142,7 @@ def model_summary(model):
             "n_heads": config.n_head, "vocab_size": config.vocab_size}
 '''),
     ("tokenize-with-encode", "tokenize uses tokenizer.encode and returns no attention_mask",
-     "tokenize-key-missing", '''
+     "tokenize-uses-encode", '''
 def tokenize(tokenizer, text):
     if not text:
         raise ValueError("empty text")
@@ -164,4 +164,13 @@ n_hidden = hidden_states.shape[0]
 for ax in fig.axes:
     ax.set_xticks(range(n_hidden), ["Emb"] + [f"L{block + 1}" for block in range(n_hidden - 1)])
 ''')),
+    ("tokenize-encode-wrapped",
+     "tokenize calls tokenizer.encode and wraps the list into tensors itself",
+     "tokenize-uses-encode", '''
+def tokenize(tokenizer, text):
+    if not text:
+        raise ValueError("empty text")
+    ids = torch.tensor([tokenizer.encode(text)], dtype=torch.int64)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+'''),
 )

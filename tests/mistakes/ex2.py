@@ -147,4 +147,44 @@ def plot_laminar_profile(profile):
      "diagonal', which drops the lowest (most negative) similarity instead",
      "unique-drops-lowest-pair",
      _profile(VALUES="torch.unique(token_similarity(hidden_states, layer)[rows, cols])[1:]")),
+    # ------------------------------------------------------------- as a beginner wrote them
+    ("token-similarity-layer-plus-one",
+     "token_similarity takes hidden_states[layer + 1], as if index 0 were block 0 and the "
+     "embedding layer came before it",
+     "similarity-layer-off-by-one", '''
+def token_similarity(hidden_states, layer):
+    layer = kata.layer_index(layer, hidden_states.shape[0])
+    return cosine_similarity_matrix(hidden_states[layer + 1])
+'''),
+    ("one-panel-axes-indexed",
+     "figure 7 makes plt.subplots(1, n) without squeeze=False and indexes axes[k], which "
+     "fails when there is one panel (a single Axes)",
+     "one-panel-single-axes", '''
+def plot_layer_similarity(hidden_states, token_indices, token_labels, vmin=0.8, vmax=1.0):
+    fig, axes = plt.subplots(1, len(token_indices), figsize=(16, 4))
+    for k in range(len(token_indices)):
+        t = token_indices[k]
+        image = axes[k].imshow(layer_similarity(hidden_states, t).numpy(), cmap="plasma",
+                               vmin=vmin, vmax=vmax, origin="lower")
+        axes[k].set_title(f"token {t}: {token_labels[t]!r}")
+        axes[k].set_xlabel("layer")
+        axes[k].set_ylabel("layer")
+    fig.colorbar(image, ax=axes)
+    return fig
+'''),
+    ("laminar-mean-over-pairs-axis",
+     "the mean line is ax.plot(range(n_layers + 1), profile.mean(dim=0)): the mean over the "
+     "layers, whose length (one per pair) matplotlib refuses against the layers' x",
+     "laminar-mean-over-layers", '''
+def plot_laminar_profile(profile):
+    n_layers_plus_1, n_pairs = profile.shape
+    rng = np.random.default_rng(0)
+    fig, ax = plt.subplots(figsize=(10, 4))
+    for layer in range(n_layers_plus_1):
+        ax.scatter(layer + rng.uniform(-0.25, 0.25, size=n_pairs), profile[layer].numpy(), s=10)
+    ax.plot(range(n_layers_plus_1), profile.mean(dim=0).numpy(), color="black")
+    ax.set_xlabel("layer")
+    ax.set_ylabel("cosine similarity")
+    return fig
+'''),
 )

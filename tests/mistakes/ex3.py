@@ -262,4 +262,23 @@ MISTAKES = catalogue(
     ("target-id-not-checked",
              "scaling_experiment lets a bad target_id reach torch's indexing",
              "target-id-not-checked", _TARGET_NOT_CHECKED),
+    ("target-error-names-no-pieces",
+     "target_token_id raises a ValueError that repeats the word but lists none of its pieces",
+     "target-error-without-pieces", '''
+def target_token_id(tokenizer, word):
+    ids = tokenizer(word, add_special_tokens=False)["input_ids"]
+    if len(ids) != 1:
+        raise ValueError(f"{word!r} is not a single token")
+    return ids[0]
+'''),
+    ("top-token-texts-stripped",
+     "top_next_tokens strips the decoded token texts, losing their leading space",
+     "top-token-text-without-leading-space", '''
+def top_next_tokens(model, tokenizer, input_ids, k=21):
+    ids = kata.one_sequence(input_ids, model)
+    with torch.no_grad():
+        logits = model(ids).logits[0, -1].float().cpu()
+    top = torch.topk(logits, k)
+    return [(tokenizer.decode([i]).strip(), v) for i, v in zip(top.indices.tolist(), top.values.tolist())]
+'''),
 )

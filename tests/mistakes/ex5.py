@@ -18,8 +18,7 @@ def logit_lens(model, hidden_states, positions=None):
         raise ValueError("hidden_states should be (n_layers + 1, T, d_model)")
     n_tokens = hidden_states.shape[1]
     positions = list(range(n_tokens)) if positions is None else [int(p) for p in positions]
-    if any(not -n_tokens <= p < n_tokens for p in positions):
-        raise ValueError("position out of range")
+    positions = [kata.token_index(p, n_tokens, "position") for p in positions]
     norm, unembed = kata.final_norm(model), model.get_output_embeddings()
     layers = []
     with torch.no_grad():
@@ -172,4 +171,40 @@ def plot_logit_lens(lens, tokenizer, input_ids):
      "rank-plot-zero-on-log-axis", _rank_plot(CURVE="ranks.float().median(dim=1).values.numpy()")),
     ("rank-plot-mean", "drew the mean rank instead of the median",
      "rank-plot-mean-not-median", _rank_plot(CURVE="ranks.float().mean(dim=1).numpy() + 1")),
+    # ------------------------------------------------------------- as a beginner wrote them
+    ("ranks-lens-shifted",
+     "true_token_ranks shifts the lens instead of the tokens: lens[:, 1:] against input_ids[1:]",
+     "rank-next-token-shift", '''
+def true_token_ranks(lens, input_ids):
+    lens = torch.as_tensor(lens)
+    ids = torch.as_tensor(input_ids).reshape(-1)
+    if lens.shape[1] != ids.shape[0]:
+        raise ValueError("lens and input_ids disagree")
+    ranks = []
+    for layer in lens:
+        predictions = layer[1:]  # (T - 1, vocab_size)
+        true = predictions[torch.arange(len(ids) - 1), ids[1:]]
+        ranks.append((predictions > true[:, None]).sum(dim=-1))
+    return torch.stack(ranks)
+'''),
+    ("lens-picture-origin-upper",
+     "plot_logit_lens calls imshow without origin='lower', so the output row is at the bottom",
+     "lens-plot-output-at-bottom", '''
+def plot_logit_lens(lens, tokenizer, input_ids):
+    lens = torch.as_tensor(lens)
+    n_hidden, n_positions, _ = lens.shape
+    top = lens.max(dim=-1)
+    fig, ax = plt.subplots(figsize=(0.8 * n_positions + 2, 0.3 * n_hidden + 1.5))
+    image = ax.imshow(top.values.numpy(), aspect="auto")
+    fig.colorbar(image, ax=ax)
+    for i in range(n_hidden):
+        for t in range(n_positions):
+            ax.text(t, i, tokenizer.decode([int(top.indices[i, t])])[:8], ha="center", fontsize=7)
+    ids = torch.as_tensor(input_ids).reshape(-1).tolist()
+    ax.set_xticks(range(n_positions), [tokenizer.decode([i]) for i in ids], rotation=90)
+    ax.set_yticks(range(n_hidden), _layer_names(n_hidden))
+    ax.set_xlabel("Input token")
+    ax.set_ylabel("Layer")
+    return fig
+'''),
 )

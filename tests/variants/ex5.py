@@ -14,8 +14,9 @@ def logit_lens(model, hidden_states, positions=None):
     if hidden_states.dim() != 3 or hidden_states.shape[0] != n:
         raise ValueError(f"expected ({n}, T, d_model), got {tuple(hidden_states.shape)}")
     if positions is not None:
-        if any(not -hidden_states.shape[1] <= p < hidden_states.shape[1] for p in positions):
-            raise ValueError("position out of range")
+        n = hidden_states.shape[1]
+        if any(not -n <= p < n for p in positions):
+            raise IndexError(f"positions {list(positions)}: the valid positions are -{n} to {n - 1}")
         hidden_states = hidden_states[:, list(positions)]
     with torch.no_grad():
         h = torch.cat([kata.final_norm(model)(hidden_states[:-1]), hidden_states[-1:]])
@@ -41,6 +42,9 @@ def true_token_ranks(lens, input_ids):
         summary="takes the top k with argsort instead of topk, decoding one id at a time",
         code='''
 def top_tokens_by_layer(lens, tokenizer, position=-1, k=5):
+    n = lens.shape[1]
+    if not -n <= position < n:
+        raise IndexError(f"position {position} is not one of the {n} positions (-{n} to {n - 1})")
     result = []
     for row in lens[:, position]:
         ids = row.argsort(descending=True)[:k]
@@ -51,7 +55,8 @@ def top_tokens_by_layer(lens, tokenizer, position=-1, k=5):
     Variant(
         id="matshow-and-numpy-median",
         exercise="ex5",
-        summary="draws the lens with matshow (origin at the top) and the ranks with np.median and semilogy",
+        summary="draws the lens with matshow (origin at the top), then turns the y axis over so the "
+                "output is the top row, and the ranks with np.median and semilogy",
         code='''
 import numpy as np
 
@@ -61,6 +66,7 @@ def plot_logit_lens(lens, tokenizer, input_ids):
     n, t = values.shape
     fig, ax = plt.subplots(figsize=(0.9 * t + 2, 0.32 * n + 2))
     image = ax.matshow(values.numpy(), aspect="auto")
+    ax.invert_yaxis()  # matshow puts row 0 at the top: the output row goes up instead
     fig.colorbar(image)
     for i in range(n):
         for p in range(t):

@@ -1,0 +1,198 @@
+"""The learner's side of a graded submission: a folder, a sandboxed server, its channels.
+
+:func:`build_learner_box` makes the only folder the learner's code sees: the submission's
+exercise files and the learner-facing part of ``kata`` (:data:`LEARNER_KATA`: models, blocks,
+norms, validation, toys, the sandbox's server). No tests, no reference computations, no
+solutions, no variants or mistakes, no grading code, no manifest.
+
+:class:`LearnerBox` starts :mod:`kata.remote.server` on that folder, in the submission's
+sandbox (:mod:`kata.grading.sandbox`) when there is one, with two pipes per exercise to the
+trusted worker. Its standard output goes nowhere and its standard error into a pipe of which the
+grader keeps the last :data:`STDERR_TAIL` bytes: the sandbox holds no host file it could write
+to, grow or ``fallocate``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: What of ``kata/`` the learner's side gets: what exercises use, and the sandbox's server.
+LEARNER_KATA = ("__init__.py", "architectures.py", "compat.py", "validation.py", "models.py",
+                "texts.py", "requirements.py", "hooks.py", "toys.py", "errors.py",
+                "process_state.py", "data", "remote")
+#: Where the channels of the exercises sit inside the sandbox: 10 and 11, 12 and 13, ...
+FIRST_CHANNEL_FD = 10
+#: How much of the learner server's standard error the grader keeps.
+STDERR_TAIL = 16_384
+#: CPU seconds each exercise's learner process may use, beyond the exercise's wall limit.
+CPU_MARGIN_SECONDS = 60
+
+# Prepended to the sandbox's outer shim: move descriptors to fixed numbers, shift argv.
+# (argv: N, then N pairs "source target"; each source goes out of the way first, so a source
+# that happens to be another pair's target is not overwritten.)
+_MOVE_FD = (
+    "import os, sys, fcntl\n"
+    "_n = int(sys.argv[1])\n"
+    "_pairs = [(int(sys.argv[2 + 2 * i]), int(sys.argv[3 + 2 * i])) for i in range(_n)]\n"
+    "_high = [fcntl.fcntl(s, fcntl.F_DUPFD, 100) for s, _ in _pairs]\n"
+    "for s, _ in _pairs: os.close(s)\n"
+    "for h, (_, d) in zip(_high, _pairs):\n"
+    "    os.dup2(h, d); os.close(h)\n"
+    "del sys.argv[1:2 + 2 * _n]\n"
+)
+
+
+def _readable_copy(source: Path, target: Path) -> None:
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    if source.is_dir():
+        shutil.copytree(source, target, ignore=ignore)
+    else:
+        shutil.copy2(source, target)
+
+
+def build_learner_box(instructor_root: Path, target: Path, files: dict[str, bytes]) -> None:
+    """``target``: the learner's exercise files and the learner-facing kata, readable by all."""
+    (target / "kata").mkdir(parents=True)
+    for item in LEARNER_KATA:
+        source = instructor_root / "kata" / item
+        if source.exists():
+            _readable_copy(source, target / "kata" / item)
+    shutil.copy2(instructor_root / "pyproject.toml", target / "pyproject.toml")
+    (target / "exercises").mkdir()
+    shutil.copy2(instructor_root / "exercises" / "__init__.py", target / "exercises" / "__init__.py")
+    for module, source in files.items():
+        (target / "exercises" / f"{module}.py").write_bytes(source)
+    for directory, subdirs, names in os.walk(target):
+        os.chmod(directory, 0o755)
+        for name in names:
+            os.chmod(os.path.join(directory, name), 0o644)
+
+
+@dataclass
+class Channels:
+    """Two pipes per exercise: the trusted worker's ends and the learner server's ends."""
+
+    trusted: dict[str, tuple[int, int]] = field(default_factory=dict)  # id -> (read, write)
+    learner: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, exercise_ids: list[str]) -> Channels:
+        channels = cls()
+        for exercise_id in exercise_ids:
+            to_learner, from_learner = os.pipe(), os.pipe()
+            channels.trusted[exercise_id] = (from_learner[0], to_learner[1])
+            channels.learner[exercise_id] = (to_learner[0], from_learner[1])
+        return channels
+
+    @property
+    def trusted_fds(self) -> tuple[int, ...]:
+        return tuple(fd for pair in self.trusted.values() for fd in pair)
+
+    def close_trusted(self) -> None:
+        _close_all(self.trusted_fds)
+
+    def close_learner(self) -> None:
+        _close_all(fd for pair in self.learner.values() for fd in pair)
+
+
+def _close_all(fds) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+class LearnerServer:
+    """The running :mod:`kata.remote.server`, and the tail of what it wrote to stderr."""
+
+    def __init__(self, process: subprocess.Popen):
+        self.process = process
+        self._tail = bytearray()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        stream = self.process.stderr
+        while True:
+            chunk = stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536)
+            if not chunk:
+                return
+            self._tail += chunk
+            del self._tail[:-STDERR_TAIL]
+
+    def stderr(self) -> str:
+        return bytes(self._tail).decode("utf-8", errors="replace")
+
+    def kill(self) -> None:
+        from .runner import kill_group
+
+        kill_group(self.process)
+        self._reader.join(timeout=5)
+
+
+@dataclass
+class LearnerBox:
+    """How to start the learner's server for one submission."""
+
+    folder: Path  # made by build_learner_box
+    modules: dict[str, str]  # exercise id -> its module
+    sandbox: object | None = None  # a kata.grading.sandbox.Sandbox; None: no sandbox
+    timeout: float = 60.0
+    threads: int | None = None
+
+    def start(self, exercises: list, work_dir: Path, n: int) -> tuple[Channels, LearnerServer]:
+        from .runner import child_environment
+
+        ids = [e.id for e in exercises if e.id in self.modules]
+        channels = Channels.open(ids)
+        env = child_environment(self.folder, self.threads)
+        cpu = int(self.timeout) + CPU_MARGIN_SECONDS
+        try:
+            if self.sandbox is None:
+                specs = [f"{i}={r},{w},{self.modules[i]}" for i, (r, w) in channels.learner.items()]
+                command = self._command(str(self.folder), specs, cpu)
+                fds = tuple(fd for pair in channels.learner.values() for fd in pair)
+                process = self._popen(command, self.folder, env, fds)
+            else:
+                from .sandbox import INSIDE_ROOT
+
+                targets, specs = {}, []
+                for k, (exercise_id, (r, w)) in enumerate(channels.learner.items()):
+                    inner_r, inner_w = FIRST_CHANNEL_FD + 2 * k, FIRST_CHANNEL_FD + 2 * k + 1
+                    targets.update({r: inner_r, w: inner_w})
+                    specs.append(f"{exercise_id}={inner_r},{inner_w},{self.modules[exercise_id]}")
+                command = self._command(INSIDE_ROOT, specs, cpu)
+                wrapped = self.sandbox.command(command, self.folder, {})
+                pairs = [str(v) for source, target in targets.items() for v in (source, target)]
+                wrapped = [wrapped[0], "-c", _MOVE_FD + wrapped[2], str(len(targets)), *pairs,
+                           *wrapped[3:]]
+                process = self._popen(wrapped, self.folder, self.sandbox.environment(env),
+                                      tuple(targets))
+        finally:
+            channels.close_learner()  # the server holds them now (or never will)
+        return channels, LearnerServer(process)
+
+    @staticmethod
+    def _command(root: str, specs: list[str], cpu: int) -> list[str]:
+        command = [sys.executable, "-m", "kata.remote.server", "--root", root, "--cpu", str(cpu)]
+        for spec in specs:
+            command += ["--channel", spec]
+        return command
+
+    @staticmethod
+    def _popen(command, cwd, env, fds) -> subprocess.Popen:
+        return subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                start_new_session=True, pass_fds=fds)
+
+    def stop(self, server: LearnerServer) -> None:
+        server.kill()
+        if self.sandbox is not None:
+            self.sandbox.kill_all()

@@ -1,0 +1,189 @@
+"""The grader's trust boundary, piece by piece (issue 22): what crosses, within which limits.
+
+The exercises' own tests run across the boundary in ``test_mistakes.py`` and ``test_variants.py``
+(``--kata-remote fork``) and against hostile submissions in ``test_sandbox.py``; here the codec,
+the channel and the rebuilt exceptions are held to their contract directly.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from kata.hooks import missing_hook_tables
+from kata.remote.codec import Codec, FrameError, Limits, read_frame, write_frame
+
+pytestmark = pytest.mark.maintainer
+
+
+def roundtrip(value, limits: Limits | None = None):
+    encoder = Codec(limits or Limits())
+    node = encoder.encode(value)
+    return Codec(limits or Limits()).decode(node, encoder.blobs)
+
+
+def test_plain_values_keep_their_types():
+    value = {"i": 3, "b": True, "f": 0.5, "nan": math.nan, "inf": -math.inf, "s": "é",
+             "n": None, "t": (1, [2, (3,)]), "set": {1, 2}, 4: "int key",
+             "np": np.float32(1.5), "np_int": np.int64(7), "size": torch.Size([2, 3]),
+             "dtype": torch.bfloat16}
+    back = roundtrip(value)
+    assert back["i"] == 3 and type(back["i"]) is int and back["b"] is True
+    assert math.isnan(back["nan"]) and back["inf"] == -math.inf
+    assert back["t"] == (1, [2, (3,)]) and isinstance(back["t"], tuple)
+    assert back["set"] == {1, 2} and back[4] == "int key"
+    assert type(back["np"]) is np.float32 and type(back["np_int"]) is np.int64
+    assert back["size"] == torch.Size([2, 3]) and back["dtype"] is torch.bfloat16
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64,
+                                   torch.bool, torch.uint8])
+def test_tensors_keep_dtype_shape_values_and_grad(dtype):
+    tensor = (torch.arange(24) % 3).to(dtype).reshape(2, 3, 4).transpose(0, 2)  # not contiguous
+    back = roundtrip(tensor)
+    assert back.dtype == dtype and back.shape == tensor.shape and torch.equal(back, tensor)
+    leaf = torch.ones(3, requires_grad=True)
+    assert roundtrip(leaf).requires_grad and roundtrip(leaf).grad_fn is None
+    assert roundtrip(leaf * 2).grad_fn is not None  # not detached: it says so
+    assert roundtrip(torch.empty(0, 5)).shape == (0, 5)
+
+
+def test_a_returned_argument_comes_back_as_the_very_object():
+    extra = torch.arange(3.0)
+    request = Codec()
+    node = request.encode([torch.ones(2), extra])
+    received = Codec()
+    args = received.decode(node, request.blobs)
+    reply = Codec(known={id(o): i for i, o in enumerate(received.table)})
+    answer = reply.encode((args[0] * 2, args[1]))
+    back = Codec(table=request.table).decode(answer, reply.blobs)
+    assert back[1] is extra and back[0] is not extra
+
+
+def test_a_tensor_changed_in_place_is_changed_on_the_other_side():
+    original = torch.zeros(3)
+    request = Codec()
+    node = request.encode([original])
+    received = Codec()
+    [copy] = received.decode(node, request.blobs)
+    versions = [t._version for t in received.table]
+    copy.add_(5)
+    reply = Codec()
+    changed = reply.mutations(received.table, versions)
+    Codec(table=request.table).apply_mutations(changed, reply.blobs)
+    assert torch.equal(original, torch.full((3,), 5.0))
+
+
+@pytest.mark.parametrize("node, why", [
+    ({"$tensor": 0, "dtype": "float32", "shape": [3]}, "does not match"),  # 4 bytes for 3
+    ({"$tensor": 0, "dtype": "object", "shape": [1]}, "unknown dtype"),
+    ({"$nd": 0, "dtype": "O", "shape": [1]}, "unknown dtype"),
+    ({"$f": "1e999"}, "no known form"),
+    ({"$obj": "pickle", "data": "..."}, "unknown kind"),
+    ({"$obj": "ref", "i": 5}, "no object"),
+    ({"$tensor": 7, "dtype": "float32", "shape": [1]}, "no blob"),
+    ({"$d": [[[1, 2], 3]]}, "cannot be a key"),
+    ({"x": 1}, "no known form"),
+])
+def test_malformed_values_are_refused_by_name(node, why):
+    with pytest.raises(FrameError, match=why):
+        Codec().decode(node, [b"\0" * 4])
+
+
+def test_limits_hold_for_size_count_depth_and_strings():
+    small = Limits(frame_bytes=1000, items=50, depth=5, string_chars=20)
+    with pytest.raises(FrameError, match="MiB of tensors"):
+        Codec(small).encode(torch.zeros(1000))
+    with pytest.raises(FrameError, match="more than 50 values"):
+        Codec(small).encode(list(range(100)))
+    nested: list = []
+    for _ in range(10):
+        nested = [nested]
+    with pytest.raises(FrameError, match="nested deeper"):
+        Codec(small).encode(nested)
+    with pytest.raises(FrameError, match="characters"):
+        Codec(small).encode("x" * 21)
+    with pytest.raises(FrameError, match="nested deeper"):
+        Codec(small).decode(nested, [])
+
+
+def test_frames_are_read_within_their_limits():
+    read_fd, write_fd = os.pipe()
+    try:
+        write_frame(write_fd, {"op": "hello", "id": 1}, [b"abc"])
+        header, blobs = read_frame(read_fd)
+        assert header["op"] == "hello" and blobs == [b"abc"]
+        os.write(write_fd, (2**31).to_bytes(4, "big") + (0).to_bytes(8, "big"))
+        with pytest.raises(FrameError, match="larger than the channel's limit"):
+            read_frame(read_fd)
+        text = b'{"x": NaN, "blobs": []}'
+        os.write(write_fd, len(text).to_bytes(4, "big") + (0).to_bytes(8, "big") + text)
+        with pytest.raises(FrameError, match="not valid JSON"):
+            read_frame(read_fd)
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+def test_a_learners_exception_is_rebuilt_as_a_builtin_never_as_a_diagnosis():
+    from kata.diagnosis import diagnosis_of
+    from kata.grading.remote import rebuild_exception
+
+    info = {"chain": [{"types": ["Diagnosis", "AssertionError", "Exception"],
+                       "module": "exercises.ex1", "args": ["<!--<script>"], "text": "x"}],
+            "stub": None, "where": "exercises/ex1.py, line 3, in f"}
+    error = rebuild_exception(info, {})
+    assert isinstance(error, AssertionError) and diagnosis_of(error) is None
+    assert type(error).__name__ == "Diagnosis" and error.kata_where.endswith("in f")
+    index = rebuild_exception({"chain": [{"types": ["MyError", "IndexError", "LookupError"],
+                                          "module": "exercises.ex1", "args": ["out of range"]}]},
+                              {})
+    assert isinstance(index, IndexError) and str(index) == "out of range"
+    key = rebuild_exception({"chain": [{"types": ["KeyError"], "module": "builtins",
+                                        "args": ["k"]}]}, {})
+    assert str(key) == "'k'"  # as the learner's own KeyError('k') reads
+    stub = rebuild_exception({"chain": [{"types": ["NotImplementedError"],
+                                         "module": "builtins", "args": []}],
+                              "stub": "tokenize"}, {})
+    from kata.errors import stub_reached
+
+    assert stub_reached(stub, "/nowhere") == "tokenize"
+    original = RuntimeError("the test's own hook failed")
+    assert rebuild_exception({"chain": [{"types": ["CallbackError"], "token": 1}]},
+                             {1: original}) is original
+
+
+def test_torchs_hook_tables_are_where_the_kata_looks():
+    """A rename in torch would switch the hook hygiene off silently: it fails here instead."""
+    assert missing_hook_tables() == []
+
+
+def test_a_sandbox_that_never_starts_is_the_machines_fault(monkeypatch, tmp_path):
+    """The learner's server dies before any learner file ran (here: it exits at once, as a
+    broken interpreter or sandbox would): the exercise is an environment error, never the
+    learner's crash."""
+    from pathlib import Path
+
+    from kata.grading import learner_box
+    from kata.grading.records import Status
+    from kata.grading.submissions import GradingOptions, grade_submission
+    from kata.manifest import load_manifest
+
+    root = Path(__file__).resolve().parents[2]
+    exercise = next(e for e in load_manifest() if e.id == "ex2")
+    submission = tmp_path / "learner" / "exercises"
+    submission.mkdir(parents=True)
+    (submission / f"{exercise.module}.py").write_text((root / exercise.source("solutions"))
+                                                      .read_text())
+    monkeypatch.setattr(learner_box.LearnerBox, "_command", staticmethod(
+        lambda root, specs, cpu: [sys.executable, "-c", "import sys; sys.exit('no python here')"]))
+    result = grade_submission(submission.parent, "learner", root, [exercise],
+                              GradingOptions(timeout=60), tmp_path)
+    row = result.exercises[0]
+    assert row.status is Status.ENVIRONMENT_ERROR, (row.status, row.message)
+    assert "not yours" in row.message
