@@ -500,6 +500,10 @@ def first_check_scaling_hook(ex) -> None:
             diagnose("hook-tuple-as-tensor" if kind == "tuple" else "hook-tensor-as-tuple", (
                 f"your make_scaling_hook failed on a {kind} output ({type(error).__name__}: "
                 f"{error}); fix make_scaling_hook first"))
+        if returned is None:
+            diagnose("hook-returns-none", (
+                f"your make_scaling_hook's hook returned None for a {kind} output, so the block's "
+                "output is never replaced; fix make_scaling_hook first: return the scaled output"))
         if kind == "tensor" and not isinstance(returned, torch.Tensor):
             diagnose("hook-tensor-as-tuple", (
                 f"your make_scaling_hook returned a {type(returned).__name__} for a tensor output, "

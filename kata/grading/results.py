@@ -27,9 +27,11 @@ from collections.abc import Sequence
 
 from kata.manifest import Exercise
 
+from .sanitize import diagnosis_id
+
 from .records import ExerciseResult, Outcome, Status, SubmissionResult, TestRecord
 
-__all__ = ["ExerciseResult", "SubmissionResult", "exercise_status", "summarize"]
+__all__ = ["ExerciseResult", "SubmissionResult", "exercise_status", "root_failure", "summarize"]
 
 #: Test outcomes that decide the whole exercise's status, in the order they take precedence.
 _FATAL_OUTCOMES = {Outcome.TIMED_OUT: Status.TIMED_OUT, Outcome.CRASHED: Status.CRASHED}
@@ -66,6 +68,40 @@ def exercise_status(tests: Sequence[TestRecord]) -> tuple[Status, str]:
         return Status.NOT_STARTED, ""
     failure = next(t for t in counted if not t.passed)
     return (Status.IN_PROGRESS if passed else Status.FAILING), _why(failure)
+
+
+#: Diagnoses that only say a value came out wrong (``*-wrong``, and these): symptoms, which a
+#: more specific diagnosis of the same failures explains.
+SYMPTOMS = frozenset({"hook-does-not-scale"})
+
+
+def is_symptom(diagnosis: str | None) -> bool:
+    """Whether a diagnosis id only names a symptom (a wrong value), not a mistake."""
+    return bool(diagnosis) and (diagnosis.endswith("-wrong") or diagnosis in SYMPTOMS)
+
+
+def root_failure(row: ExerciseResult) -> TestRecord | None:
+    """The failure that names the exercise's root mistake, or None when no failure names one.
+
+    When several tests of one exercise fail, the first one often reports a symptom: a hook that
+    returns nothing first fails a test that checks the scaled values. The root is the diagnosis
+    that explains the most failures: among the specific diagnoses (not :func:`is_symptom`), the
+    one the most failing tests name, a tie going to the one met first; symptoms only when no
+    failure names anything more specific. This returns the first failing test that names it.
+    Untouched stubs, import errors and tests that never ran are not mistakes and never count.
+    """
+    named = [(diagnosis_id(t.diagnosis), t) for t in row.counted
+             if not t.passed and t.diagnosis and not t.stub and not t.import_error
+             and t.outcome is not Outcome.NOT_RUN]
+    if not named:
+        return None
+    specific = [(d, t) for d, t in named if not is_symptom(d)]
+    named = specific or named
+    counts: dict[str, int] = {}
+    for diagnosis, _ in named:
+        counts[diagnosis] = counts.get(diagnosis, 0) + 1
+    best = max(counts.values())
+    return next(t for diagnosis, t in named if counts[diagnosis] == best)
 
 
 def summarize(exercises: list[Exercise], run, missing: dict[str, str] | None = None,

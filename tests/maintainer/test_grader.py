@@ -224,9 +224,10 @@ def test_csv_has_one_row_per_submission(batch):
     assert sorted(r["name"] for r in rows) == sorted(batch["submissions"])
     correct = next(r for r in rows if r["name"] == "correct")
     assert correct["all_done"] == "True"
-    assert (float(correct["total"]), float(correct["max"])) == (ALL_POINTS, CORE_POINTS)
-    assert (float(correct["main"]), float(correct["bonus"])) == (CORE_POINTS,
-                                                                 ALL_POINTS - CORE_POINTS)
+    assert "total" not in correct, "no column mixes the main part and the bonus"
+    assert (float(correct["main"]), float(correct["max"])) == (CORE_POINTS, CORE_POINTS)
+    assert (float(correct["bonus"]), float(correct["bonus_max"])) == (ALL_POINTS - CORE_POINTS,
+                                                                      ALL_POINTS - CORE_POINTS)
     assert all(f"{e.id}_status" in rows[0] for e in EXERCISES)
 
 
@@ -237,7 +238,7 @@ def test_gradescope_file_per_submission(batch):
         assert {t["status"] for t in data["tests"]} <= {"passed", "failed"}
         keys = {"name", "score", "max_score", "status", "output", "visibility"}
         assert all(keys <= set(test) for test in data["tests"])
-        core_max = sum(t["max_score"] for t in data["tests"])
+        core_max = sum(t["max_score"] for t in data["tests"] if "extra credit" not in t["name"])
         assert core_max == pytest.approx(submission.max_points, abs=0.01)
         assert {"torch", "transformers", "device", "models"} <= set(data["extra_data"])
     skipped = json.loads((batch["out"] / "gradescope" / "correct.json").read_text())
@@ -401,7 +402,11 @@ def test_bonus_points_are_extra_credit(toy):
     assert result.all_done  # an unfinished bonus does not stop "all done"
     assert result.max_points == CORE_POINTS
     gradescope = reports.gradescope_results(result)
-    assert [t["max_score"] for t in gradescope["tests"] if t["name"].startswith("ex9")] == [0.0]
+    bonus = [t for t in gradescope["tests"] if t["name"].startswith("ex9")]
+    # Gradescope's extra credit: the real max_score, tagged, outside the assignment's total
+    assert [t["max_score"] for t in bonus] == [EXERCISES[0].points] and bonus[0]["score"] == 0
+    assert all(t["tags"] == ["extra credit"] and "extra credit" in t["name"] for t in bonus)
+    assert sum(t["max_score"] for t in gradescope["tests"] if "tags" not in t) == CORE_POINTS
 
 
 def test_main_and_bonus_points_are_shown_apart(toy):

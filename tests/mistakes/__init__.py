@@ -24,12 +24,21 @@ class Mistake:
     summary: str  # what the learner did wrong, in plain words
     diagnosis: str  # the diagnosis id the first failing test must report
     code: str  # replacement definition(s), executed in the solution module's namespace
+    #: The root diagnosis, when it is not ``diagnosis``: the one that explains the most failing
+    #: tests (kata.grading.results.root_failure), which the report ranks and the learner reads.
+    root: str = ""
+
+    @property
+    def root_diagnosis(self) -> str:
+        return self.root or self.diagnosis
 
 
-def catalogue(exercise: str, *entries: tuple[str, str, str, str]) -> list[Mistake]:
-    """``Mistake``s of ``exercise`` from ``(id, summary, diagnosis, code)`` rows."""
-    return [Mistake(id=id, exercise=exercise, summary=summary, diagnosis=diagnosis, code=code)
-            for id, summary, diagnosis, code in entries]
+def catalogue(exercise: str, *entries: tuple[str, ...]) -> list[Mistake]:
+    """``Mistake``s of ``exercise`` from ``(id, summary, diagnosis, code)`` rows, or
+    ``(id, summary, diagnosis, code, root)`` when the root diagnosis differs."""
+    return [Mistake(id=entry[0], exercise=exercise, summary=entry[1], diagnosis=entry[2],
+                    code=entry[3], root=entry[4] if len(entry) > 4 else "")
+            for entry in entries]
 
 
 def template(code: str, **defaults: str):

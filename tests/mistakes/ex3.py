@@ -110,6 +110,10 @@ _HOOK_TENSOR_AS_TUPLE = _hook(SCALE='''
 hidden, *rest = output  # the post's unpacking: on a tensor, hidden is output[0]
 return (hidden * factor, *rest)
 ''')
+_HOOK_RETURNS_NONE = _hook(SCALE='''
+hidden = output[0] if isinstance(output, tuple) else output
+hidden = hidden * factor  # computed, never returned: the block's output stays as it was
+''')
 _HOOK_TUPLE_AS_TENSOR = _hook(SCALE="return output * factor  # a tuple cannot be multiplied by a float")
 _HOOK_IN_PLACE = _hook(SCALE='''
 if isinstance(output, tuple):
@@ -211,6 +215,9 @@ MISTAKES = catalogue(
     ("hook-tensor-as-tuple",
              "the hook unpacks a tensor output like a tuple (output[0] drops the batch dimension)",
              "hook-tensor-as-tuple", _HOOK_TENSOR_AS_TUPLE),
+    ("hook-returns-none",
+             "the hook scales the output but never returns it, so nothing is replaced",
+             "hook-does-not-scale", _HOOK_RETURNS_NONE, "hook-returns-none"),
     ("hook-tuple-as-tensor",
              "the hook multiplies a tuple output as if it were a tensor",
              "hook-tuple-as-tensor", _HOOK_TUPLE_AS_TENSOR),
