@@ -438,15 +438,15 @@ def test_the_report_renders_in_headless_chromium(report, tmp_path):
     if browser is None:
         pytest.skip("Chromium is not installed (Debian: apt-get install chromium); the page "
                     "is still checked by parsing")
-    screenshot = tmp_path / "report.png"
+    screenshot = tmp_path / "report.png"  # tall enough for the whole page: the plots come after the tables
     process = subprocess.run(
         [browser, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
-         f"--screenshot={screenshot}", "--window-size=1200,1600",
+         f"--screenshot={screenshot}", "--window-size=1200,4000",
          report["path"].resolve().as_uri()],
         capture_output=True, text=True, timeout=120)
     assert screenshot.is_file(), process.stderr[-2000:]
     width, height, rows = _png_pixels(screenshot)
-    assert (width, height) == (1200, 1600)
+    assert (width, height) == (1200, 4000)
     pixels = [row[i:i + 3] for row in rows[::4] for i in range(0, len(row), 12)]
     colours = Counter(pixels)
     background, most = colours.most_common(1)[0]
