@@ -167,10 +167,14 @@ def test_logit_difference_at_the_last_position(ex):
 
 
 def test_logit_difference_of_one_text(ex):
-    logits = made_logits()[0]  # (T, vocab_size)
+    """float64 logits in, a float32 metric out, as the docstring promises."""
+    logits = made_logits()[0].double()  # (T, vocab_size)
     got = check_tensor(ex.logit_difference(logits, 1, 2), "logit_difference")
     check_shape(got, (), "logit_difference of (T, vocab_size) logits", "a 0-d tensor for one text",
                 diagnosis="logit-difference-shape-wrong")
+    expect(got.dtype == torch.float32, "logit-difference-not-float32",
+           f"on float64 logits your function returned {got.dtype}: the metric is float32 "
+           "whatever the logits' dtype (.float() before the log-softmax)")
     expected = (logits[-1, 1] - logits[-1, 2]).item()
     assert abs(got.item() - expected) < 1e-5, f"expected {expected:.5f}, got {got.item():.5f}"
 
