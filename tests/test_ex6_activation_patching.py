@@ -53,9 +53,18 @@ def prompts(tokenizer):
     return clean, corrupted, good, bad
 
 
-def reference(model, tokenizer, name):
+def subject_prompts(tokenizer):
+    """The pair cut to its subjects, "The Eiffel Tower" / "The Colosseum" (4 tokens each), for
+    SmolLM2's first 4 blocks: there the subjects alone separate " Paris" from " Rome" by 5.8 (the
+    whole prompts by only 0.37, which the normalisation would divide by), and the loop runs 16
+    forward passes of 4 tokens instead of 40 of 10."""
+    clean, corrupted, good, bad = prompts(tokenizer)
+    return clean[:, :4], corrupted[:, :4], good, bad
+
+
+def reference(model, tokenizer, name, pair=prompts):
     def compute():
-        args = prompts(tokenizer)
+        args = pair(tokenizer)
         return {"args": args, **patching_reference(model, *args)}
 
     return computed_once(("ex6-patching", name), compute)
@@ -68,7 +77,7 @@ def tiny(tiny_gpt2):
 
 @pytest.fixture(scope="module")
 def first_blocks(smollm2_first_blocks):
-    return reference(*smollm2_first_blocks, "smollm2-first-4-blocks")
+    return reference(*smollm2_first_blocks, "smollm2-first-4-blocks-subjects", subject_prompts)
 
 
 def as_map(value, name):
@@ -533,22 +542,5 @@ def test_plot_patching_effect(ex, figures):
 def test_on_smollm2_first_blocks(ex, smollm2_first_blocks, first_blocks, function):
     model, _ = smollm2_first_blocks
     effect = getattr(ex, function)(model, *first_blocks["args"])
-    check_map(model, effect, first_blocks, function, "SmolLM2's first 4 blocks")
-
-
-@pytest.mark.trained
-def test_smollm2_keeps_paris_at_the_subject_then_at_the_last_token(ex, smollm2):
-    """The textbook picture, on the whole model with the fast version (measured numbers)."""
-    model, tokenizer = smollm2
-    effect = as_map(ex.fast_patching_effect(model, *prompts(tokenizer)), "fast_patching_effect")
-    check_shape(effect, (30, 10), "fast_patching_effect on SmolLM2")
-    subject, last = effect[:23, 2], effect[23:, -1]
-    assert subject.min() > 0.6 and last.min() > 0.75, (
-        f"on SmolLM2 position 2 ('iffel') restores 0.70-0.90 in blocks 0-22 and the last position "
-        f"0.82-0.91 from block 23 on (measured); got {subject.min():.2f} and {last.min():.2f} at "
-        "the least")
-    others = effect.clone()
-    others[:, [1, 2, 3, 6, 9]] = 0  # the subject's tokens, ' in' and ' of'
-    assert others.abs().max() < 0.12, (
-        f"on SmolLM2 every cell away from the subject, ' in' and ' of' is within +-0.07 "
-        f"(measured); got {others.abs().max():.2f}")
+    check_map(model, effect, first_blocks, function,
+              "SmolLM2's first 4 blocks with the subjects' 4 tokens")
