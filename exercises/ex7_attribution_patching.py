@@ -75,9 +75,8 @@ def attribution_patching(model, clean_ids, corrupted_ids, good_id, bad_id):
     such as ``output[0]`` is a new tensor that the rest of the model never uses, so autograd
     finds no path from it to the metric.
 
-    Hint: ``grads = torch.autograd.grad(metric, corrupted_outputs)``; the sign is
-    ``clean - corrupted`` (the patch moves the corrupted run towards the clean one), and the
-    gradient is the *corrupted* run's (the point the expansion starts from).
+    Hint: A first-order Taylor expansion: patching h_corrupted to h_clean changes the metric by
+    about (h_clean - h_corrupted) . dm/dh, the gradient taken on the corrupted run.
 
     On the models: on SmolLM2, against exercise 6's exact map (300 cells): correlation 0.59; of
     the 60 cells with |exact| > 0.2, 49 have the right sign; block 0's subject token ``iffel``
@@ -110,8 +109,9 @@ def compare_estimates(exact, estimate, threshold=0.2, k=5):
 
     Raises ``ValueError`` when the two maps differ in shape or are not 2-D.
 
-    Hint: ``torch.corrcoef(torch.stack([exact.flatten(), estimate.flatten()]))[0, 1]``;
-    ``torch.topk((estimate - exact).abs().flatten(), k)`` and ``divmod(index, T)`` for the cells.
+    Hint: Three numbers: Pearson's r over all cells, how many cells have |exact| > threshold, and
+    how many of those the estimate gets the same sign; then the k cells with the largest |estimate -
+    exact|.
 
     On the models: on SmolLM2, r = 0.59 and 49 of 60 large cells with the right sign; the worst
     cells are all the subject's, in blocks 0 to 5 (block 0's ``iffel``: exact 0.70, estimate
@@ -134,8 +134,8 @@ def plot_estimate_against_exact(exact, estimate, tokens, k=5):
 
     Returns the ``matplotlib.figure.Figure``.
 
-    Hint: ``ax.plot([low, high], [low, high], "--")`` with ``low``, ``high`` the smallest and
-    largest value of either map; ``ax.annotate(text, (x, y))`` writes a label at a point.
+    Hint: One point per cell, x the exact value and y the estimate; a perfect estimate lies on y =
+    x.
 
     On the models: on SmolLM2 most points sit near 0 on both axes; the subject's cells lie far
     below the line (0.16 to 0.37 against 0.72 to 0.83 in the middle blocks, below 0 in blocks 0

@@ -41,17 +41,18 @@ def logit_difference(logits, good_id, bad_id):
     """The metric: ``log p(good) - log p(bad)`` for the token after the text.
 
     ``logits``: the model's output logits, ``(T, vocab_size)`` for one text or
-    ``(batch, T, vocab_size)`` for a batch. Only the last position predicts the next token.
+    ``(batch, T, vocab_size)`` for a batch. Only the last position predicts the next token. The
+    log-softmax subtracts the same number from every logit of a row, so the difference of the two
+    log-probabilities is also the difference of the two raw logits; the difference of two
+    *probabilities* is a different metric.
 
     Returns a float32 tensor: shape ``()`` for ``(T, vocab_size)`` logits, ``(batch,)`` for a
     batch; positive when the model prefers ``good_id``.
     Raises ``ValueError`` when ``logits`` has fewer than 2 dimensions, or when ``good_id`` or
     ``bad_id`` is not a token id (``0 .. vocab_size - 1``).
 
-    Hint: ``torch.log_softmax(logits[..., -1, :], dim=-1)``, then the two entries. The
-    log-softmax subtracts the same number from every logit of a row, so the difference of the two
-    log-probabilities is also the difference of the two raw logits: either is right; the
-    difference of two *probabilities* is not.
+    Hint: The metric compares two next tokens, so it is read where the next token is predicted: the
+    last position.
 
     On the models: on SmolLM2 the clean prompt gives 4.81 (" Paris" is its top token, log-prob
     -0.35) and the corrupted one -9.06 (" Rome", -0.32).
@@ -88,8 +89,8 @@ def patch_hook(position, new_hidden):
     not have the output's ``d_model``. Raises ``ValueError`` at once when ``new_hidden`` is not
     one vector.
 
-    Hint: ``hidden = output[0] if isinstance(output, tuple) else output``; ``patched =
-    hidden.clone()``; ``patched[:, position] = new_hidden``; then rebuild the output's form.
+    Hint: A forward hook that returns a value replaces the block's output: return the output with
+    one position replaced, every other position as it was.
 
     Post: demo 3's hook replaced a block's whole output; this one replaces one position.
     """
@@ -164,19 +165,18 @@ def patching_effect(model, clean_ids, corrupted_ids, good_id, bad_id):
     position with position, so never truncate one), when the clean and the corrupted metrics are
     equal (nothing to restore), or when ``good_id`` or ``bad_id`` is not a token id.
 
-    Hint: ``handle = kata.blocks(model)[l].register_forward_hook(patch_hook(p, clean[l][p]),
-    prepend=True)``, then ``try: ... finally: handle.remove()``; it is ``n_layers x T`` forward
-    passes (300 on SmolLM2).
+    Hint: Three runs' worth of numbers: the clean run's block outputs (the cache) and its metric,
+    the corrupted run's metric, then one corrupted run per (block, position) with one clean vector
+    pasted in.
 
     On the models: on SmolLM2 (clean 4.81, corrupted -9.06), position 2 (``iffel`` / ``osse``)
     restores 0.70 to 0.90 in blocks 0 to 22 and position 3 (`` Tower`` / ``um``) about 0.30; from
     block 23 on the last position (`` of``) restores 0.82 to 0.91 (1.00 at the last block, where
     nothing is left to change it) and `` in`` about 0.27; position 1 restores 0.23 at block 0 only,
     and every other cell is within +-0.07. The fact sits at the subject's tokens early and moves
-    to the last position between blocks 22 and 23. For
-    GPT-2 the literature (Meng et al. 2022) shows the same pattern: the subject's last token in
-    the early and middle blocks, the last position in the late ones (not measured here: GPT-2 is
-    not in this machine's cache).
+    to the last position between blocks 22 and 23. For GPT-2 the literature (Meng et al. 2022)
+    reports the same pattern: the subject's last token in the early and middle blocks, the last
+    position in the late ones.
 
     Post: demo 3 changed one block's whole output; patching changes one vector and asks what it
     carried.
@@ -244,8 +244,8 @@ def fast_patching_effect(model, clean_ids, corrupted_ids, good_id, bad_id):
     Raises ``ValueError`` in the same cases as ``patching_effect``: prompts of different
     lengths, nothing to restore, an id that is not a token.
 
-    Hint: in the hook, ``new = hidden[1:2].repeat(T, 1, 1)``, then ``new[range(T), range(T)] =
-    hidden[0]`` patches the diagonal, and ``torch.cat([hidden, new])`` grows the batch.
+    Hint: As in exercise 4: a batch's rows never interact, and before block l a run patched at block
+    l is still the corrupted run.
 
     On the models: on SmolLM2 the loop takes 300 forward passes; this one pass does about 40% of
     its arithmetic (the loop re-runs every block before the patch, and unembeds every position)
@@ -300,14 +300,12 @@ def plot_patching_effect(effect, tokens):
 
     Returns the ``matplotlib.figure.Figure``.
 
-    Hint: ``fig, ax = plt.subplots(figsize=(1 + 0.6 * T, 1.5 + 0.25 * n_layers))``;
-    ``image = ax.imshow(effect, cmap="RdBu_r", vmin=-m, vmax=m, origin="lower",
-    aspect="auto")``; ``fig.colorbar(image, ax=ax, label=...)``.
+    Hint: One image, blocks by positions, with a colormap that is neutral at 0: restoring is one
+    colour, hurting the other.
 
     On the models: on SmolLM2 two red stripes: the subject's token ``iffel`` from block 0 to
     22, and the last token `` of`` from block 23 on, with fainter ones beside them (`` Tower``
-    early, `` in`` late)
-    (the classic picture of Meng et al. 2022, which shows it on GPT-2; not measured here).
+    early, `` in`` late): the classic picture of Meng et al. 2022, which shows it on GPT-2.
 
     Post: a heatmap in the style of the post's similarity matrices (figures 7 and 8).
     """

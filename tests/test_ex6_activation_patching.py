@@ -53,9 +53,18 @@ def prompts(tokenizer):
     return clean, corrupted, good, bad
 
 
-def reference(model, tokenizer, name):
+def subject_prompts(tokenizer):
+    """The pair cut to its subjects, "The Eiffel Tower" / "The Colosseum" (4 tokens each), for
+    SmolLM2's first 4 blocks: there the subjects alone separate " Paris" from " Rome" by 5.8 (the
+    whole prompts by only 0.37, which the normalisation would divide by), and the loop runs 16
+    forward passes of 4 tokens instead of 40 of 10."""
+    clean, corrupted, good, bad = prompts(tokenizer)
+    return clean[:, :4], corrupted[:, :4], good, bad
+
+
+def reference(model, tokenizer, name, pair=prompts):
     def compute():
-        args = prompts(tokenizer)
+        args = pair(tokenizer)
         return {"args": args, **patching_reference(model, *args)}
 
     return computed_once(("ex6-patching", name), compute)
@@ -68,7 +77,7 @@ def tiny(tiny_gpt2):
 
 @pytest.fixture(scope="module")
 def first_blocks(smollm2_first_blocks):
-    return reference(*smollm2_first_blocks, "smollm2-first-4-blocks")
+    return reference(*smollm2_first_blocks, "smollm2-first-4-blocks-subjects", subject_prompts)
 
 
 def as_map(value, name):
@@ -167,10 +176,14 @@ def test_logit_difference_at_the_last_position(ex):
 
 
 def test_logit_difference_of_one_text(ex):
-    logits = made_logits()[0]  # (T, vocab_size)
+    """float64 logits in, a float32 metric out, as the docstring promises."""
+    logits = made_logits()[0].double()  # (T, vocab_size)
     got = check_tensor(ex.logit_difference(logits, 1, 2), "logit_difference")
     check_shape(got, (), "logit_difference of (T, vocab_size) logits", "a 0-d tensor for one text",
                 diagnosis="logit-difference-shape-wrong")
+    expect(got.dtype == torch.float32, "logit-difference-not-float32",
+           f"on float64 logits your function returned {got.dtype}: the metric is float32 "
+           "whatever the logits' dtype (.float() before the log-softmax)")
     expected = (logits[-1, 1] - logits[-1, 2]).item()
     assert abs(got.item() - expected) < 1e-5, f"expected {expected:.5f}, got {got.item():.5f}"
 
@@ -335,23 +348,18 @@ class InjectedFailure(Exception):
     pass
 
 
-def block_hooks(model):
-    return [(tuple(b._forward_pre_hooks), tuple(b._forward_hooks)) for b in kata.blocks(model)]
-
-
 class FailingPass:
-    """A pre-hook for the final norm that counts the forward passes run while some hook of the
-    learner is on a block, and raises in pass number ``at`` (never when ``at`` is None)."""
+    """A pre-hook for the final norm that counts the forward passes and raises in pass number
+    ``at`` (never when ``at`` is None). It counts every pass, hooked or not: under the grader
+    the learner's hooks live on the other side of the boundary, where this hook cannot see them."""
 
     def __init__(self, model, at=None):
         self.model, self.at, self.count = model, at, 0
-        self.on_blocks = block_hooks(model)
 
     def __call__(self, module, args):
-        if block_hooks(self.model) != self.on_blocks:
-            self.count += 1
-            if self.count == self.at:
-                raise InjectedFailure("the forward pass failed (injected by the test)")
+        self.count += 1
+        if self.count == self.at:
+            raise InjectedFailure("the forward pass failed (injected by the test)")
 
 
 def run_with(model, call, at):
@@ -368,7 +376,7 @@ def run_with(model, call, at):
 
 @pytest.mark.parametrize("function", MAP_FUNCTIONS)
 def test_hooks_are_removed_when_a_forward_pass_raises(ex, tiny_gpt2, tiny, function):
-    """A hooked forward pass fails: the first one, then the last one (a patched run)."""
+    """A forward pass fails: the first one, then the last one (a patched run)."""
     model, _ = tiny_gpt2
     before = hook_snapshot(model)
 
@@ -376,8 +384,7 @@ def test_hooks_are_removed_when_a_forward_pass_raises(ex, tiny_gpt2, tiny, funct
         getattr(ex, function)(model, *tiny["args"])
 
     counted, _ = run_with(model, call, None)
-    assert counted.count, (f"{function} ran no forward pass with a hook on a block: patch with a "
-                           "forward hook on the block")
+    assert counted.count, f"{function} ran no forward pass through the model's final norm"
     for at in sorted({1, counted.count}):
         _, raised = run_with(model, call, at)
         expect(hook_snapshot(model) == before, "patching-hooks-not-removed-on-error", (
@@ -529,22 +536,5 @@ def test_plot_patching_effect(ex, figures):
 def test_on_smollm2_first_blocks(ex, smollm2_first_blocks, first_blocks, function):
     model, _ = smollm2_first_blocks
     effect = getattr(ex, function)(model, *first_blocks["args"])
-    check_map(model, effect, first_blocks, function, "SmolLM2's first 4 blocks")
-
-
-@pytest.mark.trained
-def test_smollm2_keeps_paris_at_the_subject_then_at_the_last_token(ex, smollm2):
-    """The textbook picture, on the whole model with the fast version (measured numbers)."""
-    model, tokenizer = smollm2
-    effect = as_map(ex.fast_patching_effect(model, *prompts(tokenizer)), "fast_patching_effect")
-    check_shape(effect, (30, 10), "fast_patching_effect on SmolLM2")
-    subject, last = effect[:23, 2], effect[23:, -1]
-    assert subject.min() > 0.6 and last.min() > 0.75, (
-        f"on SmolLM2 position 2 ('iffel') restores 0.70-0.90 in blocks 0-22 and the last position "
-        f"0.82-0.91 from block 23 on (measured); got {subject.min():.2f} and {last.min():.2f} at "
-        "the least")
-    others = effect.clone()
-    others[:, [1, 2, 3, 6, 9]] = 0  # the subject's tokens, ' in' and ' of'
-    assert others.abs().max() < 0.12, (
-        f"on SmolLM2 every cell away from the subject, ' in' and ' of' is within +-0.07 "
-        f"(measured); got {others.abs().max():.2f}")
+    check_map(model, effect, first_blocks, function,
+              "SmolLM2's first 4 blocks with the subjects' 4 tokens")

@@ -316,22 +316,20 @@ def test_plot_estimate_against_exact(ex, figures):
 
 
 @pytest.mark.trained
-def test_on_smollm2(ex, smollm2):
-    """On the whole model (one forward and one backward pass): the estimate computed here, and
-    the place where the linearisation fails first, block 0's subject token."""
-    model, tokenizer = smollm2
-    args = prompts(tokenizer)
+def test_on_smollm2_first_blocks(ex, smollm2_first_blocks):
+    """On trained weights (SmolLM2's first 4 blocks, Llama's architecture): the estimate computed
+    here. The whole model's numbers are checked in tests/maintainer/test_model_facts.py."""
+    model, tokenizer = smollm2_first_blocks
+    clean, corrupted, good, bad = prompts(tokenizer)
+    # the subjects' 4 tokens: there the two metrics differ by 5.8, the whole prompts' by 0.37
+    args = clean[:, :4], corrupted[:, :4], good, bad
     try:
         estimate = check_tensor(call_attribution(ex, model, args), "attribution_patching")
     finally:
         clear_grads(model)
-    expected = computed_once(("ex7-attribution", "smollm2"),
+    expected = computed_once(("ex7-attribution", "smollm2-first-4-blocks-subjects"),
                              lambda: attribution_reference(model, *args))
-    check_shape(estimate, (30, 10), "attribution_patching on SmolLM2")
+    check_shape(estimate, tuple(expected.shape), "attribution_patching on SmolLM2's first 4 blocks")
     worst = (estimate.double() - expected).abs().max().item()
-    assert worst < 1e-3, (f"on SmolLM2 the estimate differs from (h_clean - h_corrupted) . dm/dh "
-                          f"by up to {worst:.3g}")
-    assert estimate[0, 2] < -0.5 and 0.3 < estimate[-1, -1] < 0.9, (
-        f"on SmolLM2 block 0's 'iffel' comes out -0.77 (exact +0.70) and the last block's last "
-        f"position 0.78 (exact 1.00) (measured); got {estimate[0, 2]:.2f} and "
-        f"{estimate[-1, -1]:.2f}")
+    assert worst < 1e-3, (f"on SmolLM2's first 4 blocks your function's estimate differs from "
+                          f"(h_clean - h_corrupted) . dm/dh by up to {worst:.3g}")
