@@ -363,7 +363,10 @@ class Sandbox:
         if os.geteuid() == 0:  # the learner's code runs as another user: it must read the models
             from kata.models import cache_dir, make_readable
 
-            for folder in cache_dir().glob("smollm2-*"):
+            cache = cache_dir()
+            if cache.is_dir():  # e.g. a `mktemp -d` folder (0700), as CI makes
+                os.chmod(cache, os.stat(cache).st_mode | 0o755)
+            for folder in cache.glob("smollm2-*"):
                 if folder.is_dir() and not folder.name.startswith("."):
                     make_readable(folder)
         hidden = {_real(Path.home())} | {_real(h) for h in hide} | set(editable_sources())
