@@ -120,25 +120,32 @@ def test_attribution_patching_on_tiny_gpt2(ex, tiny_gpt2, tiny):
 
 
 class RunWatcher:
-    """Records, for each forward pass of the model, which prompt it read and whether autograd was
-    recording: a forward hook on the input embeddings (every run starts there). Autograd was
-    recording when the embeddings' output requires grad (the weights do): that crosses the
-    grader's boundary, where ``torch.is_grad_enabled()`` here would say nothing about the
-    learner's side."""
+    """Records, for each forward pass of the model, which prompt it read (a pre-hook on the input
+    embeddings, where every run starts) and whether autograd recorded it (a pre-hook on the final
+    norm: its input requires grad only in a recorded run, whether the graph starts at the
+    weights or at a tensor given ``requires_grad_()``). Both read tensors, which cross the
+    grader's boundary; ``torch.is_grad_enabled()`` here would say nothing about the learner's
+    side."""
 
     def __init__(self, model, clean_ids, corrupted_ids):
         self.runs = []
         self.clean, self.corrupted = clean_ids.reshape(-1), corrupted_ids.reshape(-1)
-        self.handle = model.get_input_embeddings().register_forward_hook(self.record)
+        self.handles = [model.get_input_embeddings().register_forward_pre_hook(self.record),
+                        kata.final_norm(model).register_forward_pre_hook(self.recorded)]
 
-    def record(self, module, args, output):
+    def record(self, module, args):
         ids = args[0].reshape(-1, args[0].shape[-1]).cpu()
         which = "clean" if any(torch.equal(row, self.clean) for row in ids) else (
             "corrupted" if any(torch.equal(row, self.corrupted) for row in ids) else "other")
-        self.runs.append((which, bool(output.requires_grad)))
+        self.runs.append([which, False])
+
+    def recorded(self, module, args):
+        if self.runs and args and isinstance(args[0], torch.Tensor):
+            self.runs[-1][1] = self.runs[-1][1] or bool(args[0].requires_grad)
 
     def remove(self):
-        self.handle.remove()
+        for handle in self.handles:
+            handle.remove()
 
 
 @pytest.fixture
