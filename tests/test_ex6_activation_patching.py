@@ -122,7 +122,7 @@ def check_map(model, effect, ref, name, where):
     check_shape(effect, (n_layers, n_tokens), name,
                 "(n_layers, T): one row per block, one column per position",
                 diagnosis="patching-map-shape-wrong")
-    if close(effect, expected):
+    if close(effect, expected, atol=3e-4):  # float32 noise, divided by the metrics' gap
         return
     for diagnosis, wrong, what in wrong_maps(model, ref):
         if close(effect, wrong, atol=1e-3):
