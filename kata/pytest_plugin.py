@@ -213,10 +213,9 @@ def _no_hook_survives_a_test():
 def _reset_learner_process() -> list[str]:
     """Under the grader: put the sandbox's models and process state back after a test; the
     global module hooks the learner's code left on there."""
-    from .grading import remote
-
-    session = remote.active() if "kata.grading.remote" in sys.modules else None
-    return session.reset() if session is not None else []
+    remote = sys.modules.get("kata.grading.remote")  # loaded only under the grader
+    sessions = remote.active() if remote is not None else []
+    return [removed for session in sessions for removed in session.reset()]
 
 
 def pytest_sessionfinish(session, exitstatus):

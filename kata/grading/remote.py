@@ -201,6 +201,7 @@ class RemoteSession:
         self.callbacks: dict[int, object] = {}  # cb -> the test's own function
         self.raised: dict[int, BaseException] = {}  # token -> what a callback raised
         self.placeholders: dict[tuple, list] = {}  # (root, path) -> [(kind, handle)]
+        self.grads: set[tuple] = set()  # (root, parameter name): a stand-in .grad set here
 
     # -- requests --------------------------------------------------------------
 
@@ -260,6 +261,10 @@ class RemoteSession:
         for handles in self.placeholders.values():
             for _, handle in handles:
                 handle.remove()
+        for key, name in self.grads:
+            root = self._root_of(list(key))
+            if root is not None:
+                root.get_parameter(name).grad = None
         self._new_test()
         if self.broken:
             return []
@@ -338,8 +343,10 @@ class RemoteSession:
         if not isinstance(report, list):
             raise FrameError("a hook report of no known form")
         for entry in report[:100]:
-            if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], list)):
+            if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[1], list)
+                    and isinstance(entry[2], list)):
                 raise FrameError("a hook report of no known form")
+            self._mirror_grads(entry[0], entry[2])
             root = self._root_of(entry[0])
             if root is None:
                 continue
@@ -369,6 +376,21 @@ class RemoteSession:
                     for extra in have[count:]:
                         extra[1].remove()
                         handles.remove(extra)
+
+    def _mirror_grads(self, key, names: list) -> None:
+        """A stand-in ``.grad`` (zeros) here on each parameter the learner's code left one on."""
+        root = self._root_of(key)
+        if root is None:
+            return
+        wanted = {n for n in names[:5000] if isinstance(n, str)}
+        for name, parameter in root.named_parameters():
+            marked = (tuple(key), name) in self.grads
+            if name in wanted and parameter.grad is None:
+                parameter.grad = torch.zeros_like(parameter)
+                self.grads.add((tuple(key), name))
+            elif name not in wanted and marked:
+                parameter.grad = None
+                self.grads.discard((tuple(key), name))
 
     def _root_of(self, key):
         if not isinstance(key, list) or len(key) != 2:
@@ -540,7 +562,6 @@ def connect(spec: str) -> RemoteSession:
 def fork_learner(module, impl_dir) -> RemoteSession:
     """Serve ``module`` (already imported) from a forked child, as the sandbox's server would:
     the maintainers' way to run any planted code through the grader's boundary in-process."""
-    global _SESSION
     from pathlib import Path
 
     from kata.remote import server
@@ -567,28 +588,35 @@ def fork_learner(module, impl_dir) -> RemoteSession:
             os._exit(code)
     os.close(to_learner[0])
     os.close(from_learner[1])
-    _SESSION = RemoteSession(from_learner[0], to_learner[1], exit_when_gone=False, pid=pid)
-    return _SESSION
+    return RemoteSession(from_learner[0], to_learner[1], exit_when_gone=False, pid=pid)
 
 
-def active() -> RemoteSession | None:
-    return _SESSION
+_FORKED: dict[str, RemoteSession] = {}  # exercise id -> its forked learner (maintainers)
+
+
+def active() -> list[RemoteSession]:
+    """The channels to learner processes this test process holds."""
+    return [s for s in {id(s): s for s in [*_FORKED.values(), _SESSION] if s is not None}.values()]
 
 
 def end_session() -> None:
     """Say bye to the learner's process (at the end of a test session)."""
     global _SESSION
-    if _SESSION is not None:
-        _SESSION.bye()
-        _SESSION = None
+    for session in active():
+        session.bye()
+    _FORKED.clear()
+    _SESSION = None
 
 
 def remote_exercise(exercise, spec: str, module=None, impl_dir=None) -> RemoteExercise:
     """The ``ex`` fixture's value under the grader; raises as importing the file would."""
     from kata.impl import ImplementationImportError
 
-    session = _SESSION if _SESSION is not None else (
-        fork_learner(module, impl_dir) if spec == "fork" else connect(spec))
+    if spec == "fork":  # one learner process per exercise met in this test session
+        session = _FORKED.get(exercise.id) or fork_learner(module, impl_dir)
+        _FORKED[exercise.id] = session
+    else:
+        session = connect(spec)
     if not hasattr(session, "module_info"):
         session.module_info = session.hello()
     info = session.module_info

@@ -281,7 +281,8 @@ class Exercise:
         raise FrameError("a module reference to nothing sent")
 
     def leaked_hooks(self) -> list:
-        """``[[root, [[path, pre-hooks, hooks], ...]], ...]``: what the learner left on."""
+        """``[[root, [[path, pre-hooks, hooks], ...], [parameters with a .grad]], ...]``: what
+        the learner's code left on the models it was given (hooks, gradients)."""
         from kata.hooks import hook_snapshot
 
         report = []
@@ -301,7 +302,9 @@ class Exercise:
                                   and not _library_hook(module._forward_hooks[h])])
                 if extra_pre or extra_post:
                     left.append([path, extra_pre, extra_post])
-            report.append([[kind, key], left[:1000]])
+            grads = [name for name, parameter in model.named_parameters()
+                     if parameter.grad is not None][:5000]
+            report.append([[kind, key], left[:1000], grads])
         return report
 
     def reset(self) -> dict:
@@ -311,6 +314,8 @@ class Exercise:
 
         for model, _, clean in self.models.loaded.values():
             restore_hooks(model, clean)
+            for parameter in model.parameters():
+                parameter.grad = None
         removed = restore_process_state(self.baseline)
         self.values.clear()
         self.value_paths.clear()
