@@ -14,8 +14,8 @@ What crosses, and how it keeps the tests' meaning:
 * a hook the test registered on a model (a recorder, a counter, a hook that fails on purpose)
   runs here, called back from the sandbox's forward pass;
 * a hook the learner leaves on a model in the sandbox shows here as a stand-in hook on the
-  same module, so ``hook_snapshot(model)`` sees the leak as it would in one process; after
-  each test both sides are put back;
+  same module, so ``hook_snapshot(model)`` sees the leak as it would in one process (and a
+  ``.grad`` left on a parameter as a stand-in gradient); after each test both sides are put back;
 * a tensor the learner changed in place is changed here the same way; one returned as is
   comes back as the very object the test passed;
 * a hook the learner returns is a :class:`RemoteCallable` the test can register here;
@@ -26,6 +26,10 @@ What crosses, and how it keeps the tests' meaning:
 
 If the learner's process dies (a segfault, ``os._exit``, its CPU limit), the test child exits
 with :data:`LEARNER_GONE`, which the worker records as a crash of the running test.
+
+What does not cross: the learner's grad mode (a test's hook called back during the learner's
+forward pass runs under the trusted side's; read ``requires_grad`` from the tensors it gets), and
+a parameter's ``.grad`` crosses only as "has one" (a stand-in of zeros on the trusted model).
 """
 
 from __future__ import annotations
