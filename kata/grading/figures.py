@@ -1,5 +1,5 @@
-"""Drawing the post's figures 6 to 11, exercise 5's logit-lens figures 12 and 13, and the
-patching figures 14 (exercise 6) and 15 (exercise 7), with the learner's own functions.
+"""Drawing the post's figures 6 to 11 and exercise 5's logit-lens figures 12 and 13 with the
+learner's own functions.
 
 ``python grader.py figures DIR`` runs this module in a child process (so an endless loop in an
 exercise cannot hang the grader) which loads the chosen model once and, for each figure, calls
@@ -127,39 +127,6 @@ def _figure13(f, inputs):
     return f.plot_rank_by_layer(ranks)
 
 
-def patching_inputs(inputs):
-    """The patching pair as ``(clean_ids, corrupted_ids, good_id, bad_id)`` and the tokens to
-    label them with (``"iffel/osse"`` where the two prompts differ)."""
-    tokenizer = inputs.tokenizer
-    clean, corrupted = inputs.ids(kata.CLEAN_PROMPT), inputs.ids(kata.CORRUPTED_PROMPT)
-    good = tokenizer(kata.CLEAN_ANSWER, add_special_tokens=False)["input_ids"][0]
-    bad = tokenizer(kata.CORRUPTED_ANSWER, add_special_tokens=False)["input_ids"][0]
-    labels = []
-    for a, b in zip(clean[0].tolist(), corrupted[0].tolist()):
-        a, b = tokenizer.decode([a]), tokenizer.decode([b])
-        labels.append(a if a == b else f"{a}/{b}")
-    return (clean, corrupted, good, bad), labels
-
-
-def _figure14(f, inputs):
-    args, labels = patching_inputs(inputs)
-    return f.plot_patching_effect(f.fast_patching_effect(inputs.model, *args), labels)
-
-
-def _figure15(f, inputs):
-    args, labels = patching_inputs(inputs)
-    # The exact map comes from the reference, so that figure 15 depends on exercise 7 alone.
-    exact = _patching_map(inputs, args)
-    return f.plot_estimate_against_exact(exact, f.attribution_patching(inputs.model, *args), labels)
-
-
-def _patching_map(inputs, args):
-    """Exercise 6's exact map for the figure 15 drawing, computed by kata/reference.py."""
-    from kata.reference import patching_reference
-
-    return patching_reference(inputs.model, *args)["effect"].float()
-
-
 DRAWINGS: dict[str, Callable] = {  # recipe -> draw(module, inputs) -> a Figure or text
     "fig06": _figure6,
     "fig07": _figure7,
@@ -169,8 +136,6 @@ DRAWINGS: dict[str, Callable] = {  # recipe -> draw(module, inputs) -> a Figure 
     "fig11": _figure11,
     "fig12": _figure12,
     "fig13": _figure13,
-    "fig14": _figure14,
-    "fig15": _figure15,
 }
 
 
