@@ -13,7 +13,10 @@ Facts:
   knows ``torch_dtype=``.
 * ``GPT2TokenizerFast`` takes ``vocab=``/``merges=`` objects in 5.x and ``vocab_file=``/
   ``merges_file=`` paths in 4.x.
-* In 5.x ``output_hidden_states=True`` is recorded by forward hooks installed lazily on first use.
+* In 5.x ``output_hidden_states=True`` is recorded by forward hooks installed lazily on first use,
+  from a registry of what each model class can record that a model's ``__init__`` fills; a model
+  unpickled in a process where no model of its class was ever built has no entry there, and
+  gives ``hidden_states=None`` (:func:`after_unpickling` fills it).
 """
 
 from __future__ import annotations
@@ -42,3 +45,17 @@ def block_hidden(output: Any) -> torch.Tensor:
 def with_block_hidden(output: Any, hidden: torch.Tensor) -> Any:
     """``output`` with its hidden state replaced by ``hidden``, keeping the output's type."""
     return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
+
+
+def after_unpickling(module: torch.nn.Module) -> torch.nn.Module:
+    """``module``, loaded with :mod:`pickle` (which skips ``__init__``), ready to record its
+    hidden states as a freshly built one would: each transformers model class in it registered
+    in transformers 5's output-capturing registry. Nothing to do on 4.x."""
+    try:
+        from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
+    except ImportError:  # transformers 4.x records hidden states without hooks
+        return module
+    for sub in module.modules():
+        if hasattr(sub, "_can_record_outputs") and hasattr(sub, "config"):
+            _CAN_RECORD_REGISTRY[sub] = sub._can_record_outputs
+    return module

@@ -461,7 +461,9 @@ class SandboxCodec(Codec):
                 raise FrameError("a module sent by value with no id")
             if node.get("blob") is not None:
                 raw = _blob_of(node["blob"], blobs)
-                module = pickle.loads(raw)  # made by the trusted side, never by the learner
+                from kata.compat import after_unpickling
+
+                module = after_unpickling(pickle.loads(raw))  # made by the trusted side only
                 exercise.values[oid] = module
                 exercise.value_paths.update(
                     {id(m): (oid, path) for path, m in module.named_modules()})

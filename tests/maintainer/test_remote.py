@@ -163,6 +163,28 @@ def test_torchs_hook_tables_are_where_the_kata_looks():
     assert missing_hook_tables() == []
 
 
+def test_a_model_sent_by_value_records_hidden_states_in_a_fresh_process(tmp_path):
+    """A model the test builds (not a session model) crosses pickled; in the learner's process,
+    where no model of its class was ever built, it must still give output_hidden_states."""
+    import subprocess
+
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from kata.grading.remote import _pickled_without_hooks
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=8, vocab_size=50,
+                                       n_positions=16)).eval()
+    (tmp_path / "model.pkl").write_bytes(_pickled_without_hooks(model))
+    load = ("import pickle, sys, torch\n"
+            "from kata.compat import after_unpickling\n"
+            "model = after_unpickling(pickle.loads(open(sys.argv[1], 'rb').read()))\n"
+            "out = model(torch.tensor([[1, 2, 3]]), output_hidden_states=True)\n"
+            "print(len(out.hidden_states))\n")
+    done = subprocess.run([sys.executable, "-c", load, str(tmp_path / "model.pkl")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "3", done.stderr[-2000:]
+
+
 def test_a_sandbox_that_never_starts_is_the_machines_fault(monkeypatch, tmp_path):
     """The learner's server dies before any learner file ran (here: it exits at once, as a
     broken interpreter or sandbox would): the exercise is an environment error, never the
