@@ -369,12 +369,9 @@ def token_strings(tokenizer, text: str) -> list[str]:
 def hidden_states_of(model, tokenizer, text: str):
     """``(n_layers + 1, T, d_model)`` straight from the model (not from your exercise 1), for the
     notebooks of later exercises."""
-    import torch
+    from kata.reference import hidden_states
 
-    tokens = tokenizer(text, return_tensors="pt").to(model.device)
-    with torch.no_grad():
-        output = model(**tokens, output_hidden_states=True)
-    return torch.stack(output.hidden_states)[:, 0].float().cpu()
+    return hidden_states(model, tokenizer(text, return_tensors="pt")["input_ids"])
 
 
 # --------------------------------------------------------------------------- checking an exercise

@@ -2,7 +2,8 @@
 notebooks compare the learner's answers with.
 
 Written once, from the model and torch alone, never from ``solutions/``, so they stay independent
-of the code they judge. Trusted side only: the grader's sandbox never holds this module.
+of the code they judge. The grader runs them on its trusted side only: its sandbox never holds
+this module (a learner's own notebooks and `grader.py figures` use it on their machine).
 """
 
 from __future__ import annotations
@@ -13,15 +14,30 @@ from .architectures import blocks
 from .compat import block_hidden, with_block_hidden
 
 
+def hidden_states(model, input_ids: torch.Tensor) -> torch.Tensor:
+    """``(n_layers + 1, T, d_model)`` float32 CPU: the model's own ``output_hidden_states`` for
+    one text's ids ``(1, T)`` (index 0 the embedding layer, the last after the final norm)."""
+    input_ids = torch.as_tensor(input_ids).reshape(1, -1).to(model.device)
+    with torch.no_grad():
+        outputs = model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
+                        output_hidden_states=True)
+    return torch.stack(outputs.hidden_states)[:, 0].float().cpu()
+
+
 def reference_logits(model, input_ids: torch.Tensor) -> torch.Tensor:
     """The model's logits at every position, ``(T, vocab_size)`` float32 CPU."""
     with torch.no_grad():
         return model(torch.as_tensor(input_ids).to(model.device)).logits[0].float().cpu()
 
 
+def log_probs_at_every_position(model, input_ids: torch.Tensor) -> torch.Tensor:
+    """``(T, vocab_size)``: the model's log-probabilities of the next token at every position."""
+    return torch.log_softmax(reference_logits(model, input_ids), dim=-1)
+
+
 def reference_log_probs(model, input_ids: torch.Tensor) -> torch.Tensor:
     """``(vocab_size,)``: log-softmax of the logits at the last position."""
-    return torch.log_softmax(reference_logits(model, input_ids)[-1], dim=-1)
+    return log_probs_at_every_position(model, input_ids)[-1]
 
 
 def scaled_block_log_probs(model, input_ids, target_id: int, factor: float) -> torch.Tensor:

@@ -55,12 +55,9 @@ class Inputs:
     def hidden_states(self, text):
         """``(n_layers + 1, T, d_model)`` for ``text``, straight from the model (computed once)."""
         if text not in self._hidden_of:
-            import torch
+            from kata.reference import hidden_states
 
-            tokens = self.tokenizer(text, return_tensors="pt").to(self.model.device)
-            with torch.no_grad():
-                output = self.model(**tokens, output_hidden_states=True)
-            self._hidden_of[text] = torch.stack(output.hidden_states)[:, 0].float().cpu()
+            self._hidden_of[text] = hidden_states(self.model, self.ids(text))
         return self._hidden_of[text]
 
     def ids(self, text):
