@@ -30,15 +30,13 @@ import pytest
 import torch
 
 from .diagnosis import diagnose
-from .hooks import hook_snapshot, restore_hooks
+from .hooks import restore_hooks
 from .process_state import process_state, restore_process_state
 from .impl import import_implementation, patched_solution
 from .learner_view import LearnerView
 from .manifest import IMPLEMENTATIONS, exercise_for_test_file
-from .models import GPT2_DOWNLOAD_COMMAND, EnvironmentFault, first_blocks, gpt2_is_cached, load_model
-
-# name -> (model, tokenizer, hook snapshot taken right after loading)
-_SESSION_MODELS: dict[str, tuple] = {}
+from .models import GPT2_DOWNLOAD_COMMAND, gpt2_is_cached
+from .session_models import LOADED, SMOLLM2_FIRST_BLOCKS, session_model
 
 
 def pytest_addoption(parser):
@@ -135,49 +133,23 @@ def ex(request, impl):
 # --------------------------------------------------------------------------- session models
 
 
-def _session_model(name: str):
-    if name not in _SESSION_MODELS:
-        try:
-            if name == SMOLLM2_FIRST_BLOCKS:
-                full, tokenizer = _session_model("smollm2")
-                model = first_blocks(full, 4)
-            else:
-                model, tokenizer = load_model(name)
-        except EnvironmentFault:
-            raise
-        except Exception as error:  # a broken cache or device is the machine's fault
-            raise EnvironmentFault(
-                f"loading the model {name} failed: {type(error).__name__}: {error}") from error
-        # One forward pass with hidden states before any test runs: transformers 5 installs its
-        # own hidden-state hooks on first use, and they belong to the model's clean state.
-        ids = tokenizer("Hello there", return_tensors="pt")["input_ids"].to(model.device)
-        with torch.no_grad():
-            model(ids, output_hidden_states=True)
-        _SESSION_MODELS[name] = (model, tokenizer, hook_snapshot(model))
-    model, tokenizer, _ = _SESSION_MODELS[name]
-    return model, tokenizer
-
-
 @pytest.fixture(scope="session")
 def tiny_gpt2():
     """A 4-block random GPT-2 with the real GPT-2 tokenizer: ``(model, tokenizer)``."""
-    return _session_model("tiny-gpt2")
-
-
-SMOLLM2_FIRST_BLOCKS = "smollm2-first-4-blocks"
+    return session_model("tiny-gpt2")
 
 
 @pytest.fixture(scope="session")
 def smollm2_first_blocks():
     """SmolLM2 cut to its first 4 blocks (trained weights, Llama architecture, final norm):
     ``(model, tokenizer)``, for tests that run the learner's code once per block."""
-    return _session_model(SMOLLM2_FIRST_BLOCKS)
+    return session_model(SMOLLM2_FIRST_BLOCKS)
 
 
 @pytest.fixture(scope="session")
 def smollm2():
     """SmolLM2-135M, a real trained model (30 blocks, d_model 576): ``(model, tokenizer)``."""
-    return _session_model("smollm2")
+    return session_model("smollm2")
 
 
 @pytest.fixture(scope="session")
@@ -188,7 +160,7 @@ def gpt2():
             "needs GPT-2, which is not in the local Hugging Face cache (this machine cannot reach "
             f"the Hub); to run it, download GPT-2 once with network access: {GPT2_DOWNLOAD_COMMAND}"
         )
-    return _session_model("gpt2")
+    return session_model("gpt2")
 
 
 @pytest.fixture(autouse=True)
@@ -196,7 +168,7 @@ def _no_hook_survives_a_test():
     """Remove, and report, any forward hook a test left on a session model."""
     yield
     leaks = []
-    for name, (model, _, clean) in _SESSION_MODELS.items():
+    for name, (model, _, clean) in LOADED.items():
         leaks += [f"{name}: {where}" for where in restore_hooks(model, clean)]
     removed = _reset_learner_process()
     if leaks:

@@ -277,10 +277,10 @@ class Recorder:
         return record
 
     def _note_models(self) -> None:
-        from kata.pytest_plugin import _SESSION_MODELS
+        from kata.session_models import LOADED
 
-        if sorted(_SESSION_MODELS) != self.models:
-            self.models = sorted(_SESSION_MODELS)
+        if sorted(LOADED) != self.models:
+            self.models = sorted(LOADED)
             self.write("models", models=self.models)
 
 

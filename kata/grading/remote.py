@@ -47,7 +47,9 @@ from kata.hooks import HOOK_DICTS
 from kata.remote.channel import Peer
 from kata.remote.codec import ChannelClosed, Codec, FrameError
 
-from .worker import LEARNER_GONE
+#: The test process's exit status when the learner's process went away in the middle of a test
+#: (the warm worker, :mod:`kata.grading.worker`, records it as a crash of the running test).
+LEARNER_GONE = 97
 
 
 #: Exceptions rebuilt as themselves (anything else becomes a class of the same name).
@@ -126,9 +128,9 @@ def rebuild_exception(info: dict, raised_here: dict) -> BaseException:
 
 
 def _session_models() -> dict:
-    from kata import pytest_plugin
+    from kata.session_models import LOADED
 
-    return pytest_plugin._SESSION_MODELS
+    return LOADED
 
 
 class _Index:

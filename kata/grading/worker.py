@@ -34,8 +34,6 @@ import time
 
 #: the child's exit status when its pytest session returned normally: NORMAL_EXIT + pytest's code
 NORMAL_EXIT = 100
-#: the child's exit status when the learner's process went away (kata.grading.remote)
-LEARNER_GONE = 97
 #: fixtures of the kata's plugin that load a session model, and the model each loads
 MODEL_FIXTURES = {"tiny_gpt2": "tiny-gpt2", "smollm2": "smollm2"}
 
@@ -63,7 +61,8 @@ def warm_up(test_files: list[str]) -> None:
         torch.set_num_threads(int(os.environ["KATA_TORCH_THREADS"]))
     import kata.grading.recorder  # noqa: F401
     import kata.grading.remote  # noqa: F401
-    import kata.pytest_plugin as plugin
+    import kata.pytest_plugin  # noqa: F401
+    from kata.session_models import session_model
 
     try:
         import tests.support  # noqa: F401  (the instructor's; matplotlib, numpy)
@@ -71,7 +70,7 @@ def warm_up(test_files: list[str]) -> None:
         pass
     for name in models_wanted(test_files):
         try:
-            plugin._session_model(name)
+            session_model(name)
         except Exception:  # noqa: BLE001 - the test that needs it reports the fault itself
             pass
 
@@ -214,6 +213,8 @@ def _schedule(jobs: list, lanes: int, start, finished, timeout: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .remote import LEARNER_GONE  # a test process's status when the learner's went away
+
     parser = argparse.ArgumentParser(prog="kata.grading.worker")
     parser.add_argument("--record", required=True)
     parser.add_argument("--impl", required=True)

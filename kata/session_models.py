@@ -1,0 +1,45 @@
+"""The models a test session loads once and shares: ``session_model(name)``.
+
+Loaded on first use, then kept in :data:`LOADED` with the hooks they had right after loading,
+so the kata's hook hygiene (:mod:`kata.pytest_plugin`) can put each back after every test; the
+grader's trusted side (:mod:`kata.grading.remote`, the recorder, the warm worker) reads the same
+table.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .hooks import hook_snapshot
+from .models import EnvironmentFault, first_blocks, load_model
+
+#: name -> (model, tokenizer, hook snapshot taken right after loading)
+LOADED: dict[str, tuple] = {}
+#: SmolLM2 cut to its first 4 blocks, for tests that run the learner's code once per block
+SMOLLM2_FIRST_BLOCKS = "smollm2-first-4-blocks"
+
+
+def session_model(name: str):
+    """``(model, tokenizer)`` for ``name`` ("tiny-gpt2", "smollm2", "gpt2" or
+    :data:`SMOLLM2_FIRST_BLOCKS`), loaded once; a model that cannot load is the machine's fault
+    (:class:`~kata.models.EnvironmentFault`)."""
+    if name not in LOADED:
+        try:
+            if name == SMOLLM2_FIRST_BLOCKS:
+                full, tokenizer = session_model("smollm2")
+                model = first_blocks(full, 4)
+            else:
+                model, tokenizer = load_model(name)
+        except EnvironmentFault:
+            raise
+        except Exception as error:  # a broken cache or device is the machine's fault
+            raise EnvironmentFault(
+                f"loading the model {name} failed: {type(error).__name__}: {error}") from error
+        # One forward pass with hidden states before any test runs: transformers 5 installs its
+        # own hidden-state hooks on first use, and they belong to the model's clean state.
+        ids = tokenizer("Hello there", return_tensors="pt")["input_ids"].to(model.device)
+        with torch.no_grad():
+            model(ids, output_hidden_states=True)
+        LOADED[name] = (model, tokenizer, hook_snapshot(model))
+    model, tokenizer, _ = LOADED[name]
+    return model, tokenizer
