@@ -198,7 +198,8 @@ class Codec:
         if name not in _DTYPES or tensor.layout != torch.strided:
             return self.opaque(tensor)
         self.table.append(tensor)
-        data = tensor.detach().to("cpu").contiguous()
+        # clone: a view can count as contiguous (one element, any stride) and still refuse .view
+        data = tensor.detach().to("cpu").clone(memory_format=torch.contiguous_format)
         raw = data.reshape(-1).view(torch.uint8).numpy().tobytes() if data.numel() else b""
         return {"$tensor": self._blob(raw), "dtype": name, "shape": list(data.shape),
                 "rg": bool(tensor.requires_grad), "gf": tensor.grad_fn is not None,

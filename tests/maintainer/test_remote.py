@@ -53,6 +53,15 @@ def test_tensors_keep_dtype_shape_values_and_grad(dtype):
     assert roundtrip(torch.empty(0, 5)).shape == (0, 5)
 
 
+def test_views_that_count_as_contiguous_but_keep_odd_strides_cross():
+    # log_probs[1:, t] of a (2, vocab) tensor: one element, stride vocab; and a zero-stride
+    # broadcast. Both "are contiguous" to torch and still refuse a dtype view.
+    table = torch.arange(12.0).reshape(2, 6)
+    for view in (table[1:, 3], table[:1, 2:3], torch.tensor(2.0).expand(1, 1)):
+        back = roundtrip(view)
+        assert back.shape == view.shape and torch.equal(back, view)
+
+
 def test_a_returned_argument_comes_back_as_the_very_object():
     extra = torch.arange(3.0)
     request = Codec()
