@@ -193,6 +193,33 @@ def check_recipes(exercises: Iterable[Exercise], known: Iterable[str]) -> None:
                     f"(known: {', '.join(sorted(known))})")
 
 
+def declared_checks(exercise: Exercise, root: Path) -> dict[str, list[str]]:
+    """The secret checks in the exercise's test file, read without importing it: for each
+    public function, the tests decorated ``@secret_check(...)`` with its name."""
+    import ast
+
+    checks: dict[str, list[str]] = {f: [] for f in exercise.functions}
+    try:
+        tree = ast.parse((Path(root) / exercise.tests).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return checks
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for decorator in node.decorator_list:
+            if (isinstance(decorator, ast.Call) and isinstance(decorator.func, ast.Name)
+                    and decorator.func.id == "secret_check"):
+                for argument in decorator.args:
+                    if isinstance(argument, ast.Constant) and argument.value in checks:
+                        checks[argument.value].append(node.name)
+    return checks
+
+
+def unchecked_functions(exercise: Exercise, root: Path) -> list[str]:
+    """The exercise's public functions that no secret check names."""
+    return [f for f, tests in declared_checks(exercise, root).items() if not tests]
+
+
 def exercise_for_test_file(path: str | Path, root: Path) -> Exercise | None:
     """The exercise whose tests live in ``path`` (None for tests that belong to no exercise)."""
     try:

@@ -40,6 +40,7 @@ from tests.support import (  # noqa: E402
     reference_hidden_states,
     reference_raw_last_block,
 )
+from tests.secret import repeat_hint, secret, secret_check  # noqa: E402,F401 - secret: a fixture
 
 # The sizes the kata documents for its models (kata/models.py), as model_summary must report them.
 TINY_SUMMARY = {"n_layers": 4, "d_model": 64, "n_heads": 4, "vocab_size": 50257}
@@ -716,3 +717,97 @@ def test_figure_rejects_a_token_index_out_of_range(ex, tiny_reference):
     )
     for number in set(plt.get_fignums()) - set(open_before):
         plt.close(number)
+
+
+# ----------------------------------------------------------------------------- secret checks
+# Every public function again, on inputs drawn from a seed only the grader knows (tests/secret.py):
+# a text from a pool, models and tensors of random sizes. Their points count only if these pass.
+
+
+def random_gpt2(secret):
+    """A freshly initialised GPT-2 of random sizes (1-3 blocks), in eval mode."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    heads = secret.integer(1, 4)
+    config = GPT2Config(n_layer=secret.integer(1, 3), n_head=heads,
+                        n_embd=heads * secret.integer(2, 6), vocab_size=secret.integer(60, 400),
+                        n_positions=64)
+    torch.manual_seed(secret.integer(0, 10_000))
+    return GPT2LMHeadModel(config).eval()
+
+
+@secret_check("model_summary")
+def test_secret_model_summary_of_a_model_of_random_sizes(ex, secret):
+    model = random_gpt2(secret)
+    c = model.config
+    check_summary(ex.model_summary(model), {"n_layers": c.n_layer, "d_model": c.n_embd,
+                                            "n_heads": c.n_head, "vocab_size": c.vocab_size},
+                  "a GPT-2 of random sizes")
+
+
+@secret_check("tokenize")
+def test_secret_tokenize_of_a_secret_text(ex, tiny_gpt2, secret):
+    _, tokenizer = tiny_gpt2
+    text = secret.text()
+    tokens = ex.tokenize(CallOnlyTokenizer(tokenizer), text)
+    expected = torch.tensor([tokenizer(text)["input_ids"]])
+    expect(isinstance(tokens, Mapping) and "input_ids" in tokens and "attention_mask" in tokens,
+           "tokenize-key-missing", "tokenize should return the tokenizer's input_ids and "
+           "attention_mask" + repeat_hint())
+    expect(isinstance(tokens["input_ids"], torch.Tensor)
+           and torch.equal(tokens["input_ids"].cpu(), expected), "tokenize-ids-wrong",
+           f"tokenize({text!r}) gave input_ids {tokens['input_ids']!r}, but the tokenizer gives "
+           f"{expected.tolist()}" + repeat_hint())
+    expect(torch.equal(torch.as_tensor(tokens["attention_mask"]), torch.ones_like(expected)),
+           "attention-mask-not-ones", "a single text's attention mask is all ones")
+
+
+@secret_check("get_hidden_states", "embedding_layer_output", "raw_last_block_output")
+def test_secret_hidden_states_of_a_secret_text(ex, tiny_gpt2, secret):
+    model, tokenizer = tiny_gpt2
+    reference = compute_reference(model, tokenizer, secret.text())
+    ids = reference.tokens["input_ids"]
+    hidden = ex.get_hidden_states(model, reference.tokens)
+    check_hidden_states_shape(hidden, 4, ids.shape[1], 64)
+    check_same_hidden_states(hidden, reference.hidden, "tiny-gpt2")
+    check_embedding_layer(ex.embedding_layer_output(model, ids), reference, 64, "tiny-gpt2")
+    check_raw_output(ex.raw_last_block_output(model, reference.tokens), reference, model,
+                     "tiny-gpt2")
+
+
+@secret_check("activation_variance")
+def test_secret_activation_variance_of_random_hidden_states(ex, secret):
+    hidden = secret.hidden_states()
+    token_index = secret.integer(-hidden.shape[1], hidden.shape[1] - 1)
+    variance = ex.activation_variance(hidden, token_index)
+    check_close(variance, torch.var(hidden[:, token_index, :], dim=-1),
+                f"activation_variance of a {tuple(hidden.shape)} stack, token {token_index}",
+                hint="torch.var over the d_model activations of each layer" + repeat_hint(),
+                atol=1e-6, rtol=1e-5, diagnosis="variance-wrong")
+
+
+@secret_check("plot_token_activations")
+def test_secret_figure_draws_the_secret_tokens_activations_and_variance(ex, secret, figures):
+    hidden = secret.hidden_states()
+    token_index = secret.integer(0, hidden.shape[1] - 1)
+    fig = ex.plot_token_activations(hidden, token_index, "token")
+    expect(isinstance(fig, Figure) and len(fig.axes) == 2, "figure-panel-count-wrong",
+           "plot_token_activations should return a Figure with 2 panels")
+    figures.append(fig)
+    left, right = sorted(fig.axes, key=lambda ax: ax.get_position().x0)
+    dots = drawn_points(left, marked_only=True)
+    xy = torch.cat([torch.as_tensor(d) for d in dots]) if dots else torch.zeros(0, 2)
+    for layer in range(hidden.shape[0]):
+        y = xy[xy[:, 0].round() == layer, 1].sort().values
+        expected = hidden[layer, token_index, :].double().sort().values
+        expect(y.shape == expected.shape and torch.allclose(y, expected, rtol=1e-5, atol=1e-6),
+               "figure-dots-not-activations",
+               f"the left panel's dots at layer {layer} are not token {token_index}'s activations "
+               "there: plot hidden_states[layer, token_index, :] at each layer" + repeat_hint())
+    squares = np.concatenate(drawn_points(right, marked_only=True) or [np.zeros((0, 2))])
+    for layer, value in enumerate(torch.var(hidden[:, token_index, :], dim=-1).tolist()):
+        expect(bool(np.any(np.isclose(squares[:, 0], layer, atol=1e-6)
+                           & np.isclose(squares[:, 1], value, rtol=1e-4, atol=1e-8))),
+               "figure-variance-missing",
+               f"the right panel has no marker at layer {layer}'s variance {value:.4g} of token "
+               f"{token_index}" + repeat_hint())

@@ -36,6 +36,7 @@ from tests.support import (  # noqa: E402
     raises_clearly,
     reference_hidden_states,
 )
+from tests.secret import repeat_hint, secret, secret_check  # noqa: E402,F401 - secret: a fixture
 
 # --------------------------------------------------------------------------- hidden states
 
@@ -752,3 +753,85 @@ def test_trained_neighbouring_layers_are_more_similar_than_distant_ones(ex, trai
         "(figure 7); mean similarity by layer distance: "
         f"{ {d: round(v, 3) for d, v in by_distance.items()} }"
     ))
+
+
+# ----------------------------------------------------------------------------- secret checks
+# Every public function again, on inputs drawn from a seed only the grader knows (tests/secret.py):
+# vectors and hidden states of random sizes, random indices. Their points count only if these pass.
+
+
+def secret_states(secret) -> tuple[torch.Tensor, list[str]]:
+    """Random hidden states ``(n_layers + 1, T, d_model)`` and made-up labels for their tokens."""
+    hidden = secret.hidden_states(layers=(2, 6), tokens=(3, 8), width=(4, 20))
+    return hidden, [f"w{k}" for k in range(hidden.shape[1])]
+
+
+@secret_check("cosine_similarity_matrix")
+def test_secret_cosine_matrix_of_random_vectors(ex, secret):
+    vectors = secret.tensor(secret.integer(2, 9), secret.integer(2, 30))
+    check_similarity(similarity_of(ex, vectors), vectors,
+                     f"cosine_similarity_matrix of random {tuple(vectors.shape)} vectors"
+                     + repeat_hint())
+
+
+@secret_check("layer_similarity", "token_similarity")
+def test_secret_similarity_of_a_random_token_and_layer(ex, secret):
+    hidden, _ = secret_states(secret)
+    first_check_cosine_matrix(ex)
+    token = secret.integer(0, hidden.shape[1] - 1)
+    layer = secret.integer(0, hidden.shape[0] - 1)
+    for function, index, axis, vectors in (("layer_similarity", token, 1, hidden[:, token]),
+                                           ("token_similarity", layer, 0, hidden[layer])):
+        got = check_tensor(getattr(ex, function)(hidden, index), function)
+        check_index_not_shifted(got, hidden, index, axis, function)
+        check_similarity(got, vectors, f"{function}(hidden_states of shape "
+                         f"{tuple(hidden.shape)}, {index})" + repeat_hint())
+
+
+@secret_check("laminar_profile")
+def test_secret_laminar_profile_of_random_hidden_states(ex, secret):
+    hidden, _ = secret_states(secret)
+    skip_first = secret.choice([True, False])
+    check_profile(profile_of(ex, hidden, skip_first=skip_first), hidden, skip_first,
+                  f"laminar_profile(hidden_states of shape {tuple(hidden.shape)}, "
+                  f"skip_first={skip_first})" + repeat_hint())
+
+
+@secret_check("plot_layer_similarity", "plot_token_similarity")
+def test_secret_similarity_figures_show_the_chosen_tokens_and_layers(ex, secret):
+    hidden, labels = secret_states(secret)
+    tokens = sorted(secret.rng.sample(range(hidden.shape[1]), secret.integer(1, 3)))
+    layers = sorted(secret.rng.sample(range(hidden.shape[0]), secret.integer(1, 3)))
+    for function, chosen, what, figure, vectors_of in (
+            ("plot_layer_similarity", tokens, "token", "layer-figure", lambda t: hidden[:, t]),
+            ("plot_token_similarity", layers, "layer", "token-figure", lambda l: hidden[l])):
+        fig = draw(ex, function, hidden, chosen, labels)
+        panels = panels_of(fig, function, len(chosen), what, figure)
+        for k, (ax, index) in enumerate(zip(panels, chosen)):
+            check_panel_image(ax, k, index, vectors_of, what,
+                              "token_indices" if what == "token" else "layers",
+                              "layer_similarity" if what == "token" else "token_similarity",
+                              figure)
+
+
+@secret_check("plot_laminar_profile")
+def test_secret_laminar_figure_of_a_random_profile(ex, secret):
+    profile = secret.tensor(secret.integer(2, 7), secret.integer(2, 12)).tanh()
+    fig = ex.plot_laminar_profile(profile)
+    check_figure(fig, "plot_laminar_profile")
+    points = [p for ax in fig.axes for p in drawn_points(ax, marked_only=True) + line_points(ax)]
+    means = profile.mean(dim=1)
+    layers = np.arange(profile.shape[0])
+    expect(any(len(p) == len(layers) and close(p[:, 0], layers) and close(p[:, 1], means)
+               for p in points), "laminar-mean-over-layers",
+           f"draw each layer's mean, profile.mean(dim=1), as a line at x = 0..{len(layers) - 1}"
+           + repeat_hint())
+    dots = np.concatenate([p for ax in fig.axes for p in drawn_points(ax, marked_only=True)
+                           if not (len(p) == len(layers) and close(p[:, 1], means))]
+                          or [np.zeros((0, 2))])
+    for layer in layers:
+        ys = np.sort(dots[np.rint(dots[:, 0]) == layer, 1])
+        expect(len(ys) == profile.shape[1] and close(ys, profile[layer].sort().values),
+               "laminar-figure-dots-wrong",
+               f"the dots at layer {layer} should be that layer's {profile.shape[1]} values "
+               f"(profile[{layer}])" + repeat_hint())

@@ -829,3 +829,201 @@ def test_gpt2_ranks_insect_15th(ex, gpt2):
     texts = top_21_after_kafka(ex, *gpt2)
     expect(kata.TARGET_WORD in texts and texts.index(kata.TARGET_WORD) == 14, "insect-not-15th", (
         f"the post's GPT-2 lists ' insect' 15th of its 21 most likely next tokens; got {texts}"))
+
+
+# ----------------------------------------------------------------------------- secret checks
+# Every public function again, on inputs drawn from a seed only the grader knows (tests/secret.py):
+# a text from a pool cut at a random length, a random target, factor and block, random values.
+# Their points count only if these pass.
+
+from tests.secret import repeat_hint, secret, secret_check  # noqa: E402,F401 - secret: a fixture
+
+
+def secret_prefix(secret, tokenizer, shortest=2):
+    """A text from the pool, cut after a random number of its tokens: ``(1, T)`` ids."""
+    ids = tokenizer(secret.text(), return_tensors="pt")["input_ids"]
+    return ids[:, :secret.integer(min(shortest, ids.shape[1]), ids.shape[1])]
+
+
+def secret_words(text):
+    return re.findall(r"[A-Za-z]+", text)
+
+
+@secret_check("text_stats")
+def test_secret_text_stats_of_a_secret_text(ex, tiny_gpt2, secret):
+    _, tokenizer = tiny_gpt2
+    words = secret_words(secret.text())
+    # a sentence of the pool, with a few of its own words repeated: repeated tokens to count once
+    repeated = " ".join(secret.choice(words) for _ in range(secret.integer(1, 4)))
+    text = secret.text() + " " + repeated
+    ids = tokenizer(text)["input_ids"]
+    expected = {"chars": len(text), "unique_chars": len(set(text)),
+                "tokens": len(ids), "unique_tokens": len(set(ids))}
+    stats = ex.text_stats(tokenizer, text)
+    expect(isinstance(stats, dict), "text-stats-not-a-dict",
+           f"text_stats should return a dict, got {type(stats).__name__}")
+    check_unique_tokens_of_ints(stats, ids)
+    expect(stats == expected, "text-stats-wrong",
+           f"for {text!r} expected {expected}, got {stats}" + repeat_hint())
+
+
+@secret_check("target_token_id")
+def test_secret_target_token_id_of_words_of_a_secret_text(ex, tiny_gpt2, secret):
+    _, tokenizer = tiny_gpt2
+    words = secret_words(secret.text())
+    single = [" " + w for w in words if len(tokenizer(" " + w, add_special_tokens=False)["input_ids"]) == 1]
+    word = secret.choice(single)
+    expected = tokenizer(word, add_special_tokens=False)["input_ids"][0]
+    token_id = ex.target_token_id(tokenizer, word)
+    expect(isinstance(token_id, int) and not isinstance(token_id, bool), "target-id-not-int",
+           f"target_token_id should return the id as a Python int, got {type(token_id).__name__}")
+    expect(token_id == expected, "target-id-wrong",
+           f"{word!r} is GPT-2 token {expected}, got {token_id}" + repeat_hint())
+    # two of the text's words glued together: several tokens, never cut to the first one
+    glued = [" " + a.lower() + b.lower() for a in words for b in words]
+    glued = [w for w in glued if len(tokenizer(w, add_special_tokens=False)["input_ids"]) > 1]
+    word = secret.choice(glued)
+    pieces = [tokenizer.decode([i]) for i in tokenizer(word, add_special_tokens=False)["input_ids"]]
+    try:
+        token_id = ex.target_token_id(tokenizer, word)
+    except ValueError:
+        pass
+    else:
+        diagnose("multi-token-target-truncated",
+                 f"{word!r} is {len(pieces)} GPT-2 tokens {pieces}, but target_token_id returned "
+                 f"{token_id!r} instead of raising a ValueError" + repeat_hint())
+
+
+@secret_check("next_token_log_probs")
+def test_secret_next_token_log_probs_of_a_secret_text(ex, tiny_gpt2, secret):
+    model, tokenizer = tiny_gpt2
+    ids = secret_prefix(secret, tokenizer, shortest=1)
+    given = ids[0] if secret.choice([True, False]) else ids  # (T,) or (1, T)
+    try:
+        log_probs = ex.next_token_log_probs(model, given)
+    except (IndexError, RuntimeError, ValueError) as error:
+        diagnose("unbatched-input" if given.dim() == 1 else "log-probs-wrong",
+                 f"next_token_log_probs failed on ids of shape {tuple(given.shape)} "
+                 f"({type(error).__name__}: {error})" + repeat_hint())
+    check_tensor(log_probs, "next_token_log_probs")
+    expected = torch.log_softmax(reference_logits(model, ids)[-1], dim=-1)
+    check_close(log_probs, expected, f"next_token_log_probs of {ids.shape[1]} tokens of shape "
+                f"{tuple(given.shape)}",
+                "expected torch.log_softmax(model(input_ids).logits[0, -1], dim=-1)" + repeat_hint(),
+                atol=1e-4, diagnosis="log-probs-wrong")
+
+
+@secret_check("top_next_tokens")
+def test_secret_top_next_tokens_of_a_secret_text(ex, tiny_gpt2, secret):
+    model, tokenizer = tiny_gpt2
+    ids = secret_prefix(secret, tokenizer, shortest=1)
+    k = secret.integer(1, 30)
+    top = ex.top_next_tokens(model, tokenizer, ids, k=k)
+    expect(isinstance(top, list) and len(top) == k, "top-tokens-ignores-k",
+           f"top_next_tokens(..., k={k}) should return a list of {k} entries, got "
+           f"{len(top) if hasattr(top, '__len__') else type(top).__name__}" + repeat_hint())
+    expect(all(isinstance(pair, tuple) and len(pair) == 2 for pair in top), "top-tokens-not-pairs",
+           f"each entry should be a (token text, logit) tuple, got {top[0]!r}")
+    logits = reference_logits(model, ids)[-1]
+    expected = torch.topk(logits, k)
+    values = torch.tensor([float(value) for _, value in top])
+    check_close(values, expected.values, f"the logits in top_next_tokens(..., k={k})",
+                "torch.topk of the last position's logits, highest first" + repeat_hint(),
+                atol=1e-4, diagnosis="top-logits-wrong")
+    for j, (text, _) in enumerate(top):
+        # any of the tokens tied with the expected one at this place is right
+        tied = (logits - expected.values[j]).abs() <= 1e-6
+        allowed = {tokenizer.decode([i]) for i in tied.nonzero()[:, 0].tolist()}
+        expect(text in allowed, "top-tokens-wrong",
+               f"entry {j} of top_next_tokens(..., k={k}) is {text!r}, expected "
+               f"{tokenizer.decode([expected.indices[j].item()])!r} (torch.topk of the last "
+               "position's logits, tokenizer.decode([token_id]))" + repeat_hint())
+
+
+@secret_check("make_scaling_hook")
+def test_secret_scaling_hook_on_toy_blocks_and_a_model_block(ex, tiny_gpt2, secret):
+    factor = secret.number(0.2, 3.0)
+    x = secret.tensor(secret.integer(1, 3), secret.integer(1, 6), secret.integer(2, 9))
+    output = run_with_hook(TensorBlock(), ex.make_scaling_hook(factor), x)
+    expect(isinstance(output, torch.Tensor), "hook-tensor-as-tuple",
+           f"the block returned a tensor, the hook gave back a {type(output).__name__}")
+    check_close(output, 2 * x * factor, f"a tensor block's output hooked with factor {factor}",
+                "expected the output times the factor" + repeat_hint(),
+                diagnosis="hook-does-not-scale")
+    block = TupleBlock()
+    try:
+        output = run_with_hook(block, ex.make_scaling_hook(factor), x)
+    except (TypeError, AttributeError) as error:
+        diagnose("hook-tuple-as-tensor",
+                 f"the hook failed on a tuple output ({type(error).__name__}: {error}): scale "
+                 "output[0] and keep the rest" + repeat_hint())
+    expect(isinstance(output, tuple) and len(output) == 2, "hook-tuple-as-tensor",
+           "the block returned a tuple of 2: give back a tuple with the first element scaled")
+    check_close(output[0], 2 * x * factor, f"a tuple block's first element hooked with factor "
+                f"{factor}", "expected it times the factor" + repeat_hint(),
+                diagnosis="hook-does-not-scale")
+    # on a block of the model (a tuple or a tensor, as the installed transformers has it)
+    model, tokenizer = tiny_gpt2
+    ids = secret_prefix(secret, tokenizer)
+    model_blocks = kata.blocks(model)
+    i = secret.integer(0, len(model_blocks) - 1)
+    receiver = (list(model_blocks[1:]) + [kata.final_norm(model)])[i]
+    handle = receiver.register_forward_pre_hook(scale_first_input(factor), with_kwargs=True)
+    try:
+        expected = reference_logits(model, ids)
+    finally:
+        handle.remove()
+    handle = model_blocks[i].register_forward_hook(ex.make_scaling_hook(factor), prepend=True)
+    try:
+        logits = reference_logits(model, ids)
+    finally:
+        handle.remove()
+    check_close(logits, expected, f"the logits with block {i}'s output hooked with factor {factor}",
+                "the hook should replace the block's output with the output times the factor"
+                + repeat_hint(), atol=1e-4, diagnosis="hook-does-not-scale")
+
+
+@secret_check("scaling_experiment")
+def test_secret_scaling_experiment_with_a_secret_text_target_and_factor(ex, tiny_gpt2, secret):
+    model, tokenizer = tiny_gpt2
+    ids = secret_prefix(secret, tokenizer)
+    target_id = secret.integer(0, model.config.vocab_size - 1)
+    factor = secret.number(0.3, 2.0)
+    values = scaling_of(ex, model, ids, target_id, factor=factor)
+    check_tensor(values, "scaling_experiment")
+    expected = independent_scaling(model, ids, target_id, factor)
+    check_shape(values, tuple(expected.shape), "scaling_experiment", "one value per block",
+                diagnosis="scaling-shape-wrong")
+    check_close(values, expected, f"scaling_experiment of {ids.shape[1]} tokens, target "
+                f"{target_id}, factor {factor}",
+                "entry i should be the target's log-softmax with only block i's output scaled"
+                + repeat_hint(), atol=1e-4, diagnosis="scaling-values-wrong")
+
+
+@secret_check("plot_scaling_experiment")
+def test_secret_figure_draws_secret_values_and_clean_line(ex, secret):
+    n = secret.integer(2, 12)
+    clean = secret.number(-14.0, -1.0)
+    values = clean + secret.tensor(n, scale=secret.number(0.05, 2.0))
+    fig = ex.plot_scaling_experiment(values, clean)
+    try:
+        expect(isinstance(fig, Figure) and len(fig.axes) == 1, "scaling-figure-panel-count-wrong",
+               "plot_scaling_experiment should return a Figure with one panel")
+        ax = fig.axes[0]
+        points = np.concatenate(drawn_points(ax, marked_only=True) or [np.zeros((0, 2))])
+        for block, value in enumerate(values.tolist()):
+            expect(bool(np.any(np.isclose(points[:, 0], block, atol=1e-6)
+                               & np.isclose(points[:, 1], value, atol=1e-4))),
+                   "scaling-figure-markers-wrong",
+                   f"no marker at block {block}, value {value:.4f} (of {n} blocks)" + repeat_hint())
+        expect(dashed_horizontal_lines_at(ax, clean), "clean-line-missing",
+               f"no dashed horizontal line at the clean value {clean}" + repeat_hint())
+        legends = [legend for legend in [ax.get_legend(), *fig.legends] if legend is not None]
+        strings = [t.get_text() for legend in legends for t in legend.get_texts()]
+        strings += [t.get_text() for t in ax.texts] + [t.get_text() for t in fig.texts]
+        expect(any(abs(number - clean) < 0.01 for number in numbers_in(strings)),
+               "clean-line-unlabelled",
+               f"the clean line is not labelled with its value {clean:.3f}; found {strings}"
+               + repeat_hint())
+    finally:
+        plt.close(fig)

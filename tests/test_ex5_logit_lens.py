@@ -808,3 +808,273 @@ def test_gpt2_lens_reads_sensible_guesses_before_the_end(ex, gpt2):
         f"on GPT-2 the lens should already rank the true next token far better two thirds of the "
         f"way through than at the embeddings; got medians {medians.tolist()}"
     )
+
+
+# ----------------------------------------------------------------------------- secret checks
+# Every public function again, on inputs drawn from a seed only the grader knows (tests/secret.py):
+# a GPT-2 of random sizes with a random final norm, lenses of random sizes, random targets,
+# positions and k. Their points count only if these pass.
+
+from tests.secret import repeat_hint, secret, secret_check  # noqa: E402,F401 - secret: a fixture
+from tests.support import figures  # noqa: E402,F401 - a fixture
+
+
+def random_lens_model(secret):
+    """A freshly initialised GPT-2 of random sizes (1-4 blocks) whose final norm has random
+    weights and biases (so a norm applied twice, or not at all, shows), in eval mode."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    heads = secret.integer(1, 4)
+    config = GPT2Config(n_layer=secret.integer(1, 4), n_head=heads,
+                        n_embd=heads * secret.integer(2, 6), vocab_size=secret.integer(60, 400),
+                        n_positions=64)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(secret.integer(0, 10_000))
+        model = GPT2LMHeadModel(config).eval()
+        norm = kata.final_norm(model)
+        with torch.no_grad():
+            norm.weight.copy_(1 + 0.5 * torch.randn(norm.weight.shape))
+            norm.bias.copy_(0.3 * torch.randn(norm.bias.shape))
+    return model
+
+
+def random_lens(secret, layers=(2, 7), tokens=(2, 9), vocab=(5, 300)):
+    """Log-probabilities of random logits, ``(n_layers + 1, T, vocab_size)``."""
+    logits = secret.tensor(secret.integer(*layers), secret.integer(*tokens), secret.integer(*vocab))
+    return torch.log_softmax(logits, dim=-1)
+
+
+def printable_ids(tokenizer, vocab_size):
+    """The ids from 256 on (merges) whose text is not blank and draws as it is (no '$')."""
+    return [i for i in range(256, vocab_size)
+            if tokenizer.decode([i]).strip() and "$" not in tokenizer.decode([i])]
+
+
+def random_printable_lens(secret, tokenizer):
+    """A random lens whose top tokens are always printable merges, and matching input ids."""
+    lens = random_lens(secret, layers=(2, 7), tokens=(2, 8), vocab=(300, 1200))
+    allowed = torch.tensor(printable_ids(tokenizer, lens.shape[-1]))
+    mask = torch.full((lens.shape[-1],), -100.0)
+    mask[allowed] = 0.0
+    lens = torch.log_softmax(lens + mask, dim=-1)
+    picks = torch.randint(0, len(allowed), (1, lens.shape[1]), generator=secret.generator)
+    return lens, allowed[picks]
+
+
+@secret_check("logit_lens")
+def test_secret_logit_lens_of_a_model_of_random_sizes(ex, secret):
+    model = random_lens_model(secret)
+    ids = torch.randint(0, model.config.vocab_size, (1, secret.integer(2, 12)),
+                        generator=secret.generator)
+    hidden = hidden_states_of(model, ids)
+    n_tokens = hidden.shape[1]
+    positions = None
+    if secret.choice([True, False]):
+        positions = [secret.integer(-n_tokens, n_tokens - 1) for _ in range(secret.integer(1, 4))]
+    expected = reference_lens(model, hidden)
+    expected = expected if positions is None else expected[:, positions]
+    lens = as_lens(ex.logit_lens(model, hidden, positions=positions))
+    what = (f"logit_lens of a GPT-2 of {model.config.n_layer} blocks, {n_tokens} tokens, "
+            f"positions={positions}")
+    check_shape(lens, tuple(expected.shape), what, "(n_layers + 1, P, vocab_size)" + repeat_hint())
+    if close(lens, expected):
+        return
+    picked = slice(None) if positions is None else positions
+    if not close(lens[-1], expected[-1]):
+        if close(lens[-1], read(model, hidden[-1, picked], 1)):
+            diagnose("lens-last-layer-normed-twice",
+                     f"{what}: the last row went through the final norm again: hidden_states[-1] "
+                     "is already normed; send it straight to the unembedding" + repeat_hint())
+    else:
+        wrong = [i for i in range(len(lens) - 1) if not close(lens[i], expected[i])]
+        no_norm = reference_lens(model, hidden, 0, 0)[:, picked]
+        if wrong == [0] and len(lens) > 2 and close(lens[0], no_norm[0]):  # blocks normed
+            diagnose("lens-embedding-layer-not-normed",
+                     f"{what}: the embedding layer (index 0) was unembedded without the final "
+                     "norm: every hidden state but the last needs it" + repeat_hint())
+        if all(close(lens[i], no_norm[i]) for i in wrong):
+            diagnose("lens-inner-layers-not-normed",
+                     f"{what}: layers {wrong} were unembedded without the final norm: apply "
+                     "kata.final_norm(model) to every hidden state but the last" + repeat_hint())
+        twice = reference_lens(model, hidden, 2, 0)[:, picked]
+        if all(close(lens[i], twice[i]) for i in wrong):
+            diagnose("lens-inner-layers-normed-twice",
+                     f"{what}: layers {wrong} went through the final norm twice: apply it once"
+                     + repeat_hint())
+    pytest.fail(f"{what} differs from unembed(final_norm(h)) (the last hidden state without the "
+                f"norm) by up to {(lens - expected).abs().max().item():.3g}" + repeat_hint())
+
+
+@secret_check("true_token_ranks")
+def test_secret_true_token_ranks_of_a_random_lens(ex, secret):
+    lens = random_lens(secret, tokens=(3, 9))
+    ids = torch.randint(0, lens.shape[-1], (1, lens.shape[1]), generator=secret.generator)
+    given = ids[0] if secret.choice([True, False]) else ids  # (T,) or (1, T)
+    ranks = check_tensor(ex.true_token_ranks(lens, given), "true_token_ranks")
+    expect(ranks.dtype == torch.int64, "ranks-not-int64",
+           f"your true_token_ranks returned {ranks.dtype}: ranks are counts, int64 tensors")
+    ranks = ranks.cpu().long()
+    bounds = next_token_bounds(lens, ids)
+    what = f"true_token_ranks of a random lens {tuple(lens.shape)}"
+    if within(ranks, bounds):
+        return
+    if within(ranks, bounds, shift=1):
+        diagnose("rank-one-based", f"{what}: every rank is one too high: the top token has rank 0"
+                 + repeat_hint())
+    if within(ranks, next_token_bounds(lens, ids, offset=0)):
+        diagnose("rank-current-token", f"{what}: these are the ranks of the current token: "
+                 "pair lens[:, t] with input_ids[t + 1]" + repeat_hint())
+    diagnose("rank-wrong", f"{what}: expected {bounds[0].tolist()}, got "
+             f"{ranks.tolist() if ranks.shape == bounds[0].shape else tuple(ranks.shape)}: the "
+             "rank of input_ids[t + 1] at position t is the number of tokens with a strictly "
+             "higher log-probability" + repeat_hint())
+
+
+@secret_check("target_rank_by_layer")
+def test_secret_target_rank_by_layer_of_a_random_lens(ex, secret):
+    lens = random_lens(secret)
+    target = secret.integer(0, lens.shape[-1] - 1)
+    position = secret.integer(-lens.shape[1], lens.shape[1] - 1)
+    ranks = check_tensor(ex.target_rank_by_layer(lens, target, position=position),
+                         "target_rank_by_layer")
+    expect(ranks.dtype == torch.int64, "ranks-not-int64",
+           f"your target_rank_by_layer returned {ranks.dtype}: ranks are counts, int64 tensors")
+    ranks = ranks.cpu().long()
+    n_hidden = lens.shape[0]
+    bounds = rank_bounds(lens[:, position], torch.full((n_hidden,), target))
+    what = (f"target_rank_by_layer of a random lens {tuple(lens.shape)}, target {target}, "
+            f"position {position}")
+    if within(ranks, bounds):
+        return
+    if within(ranks, bounds, shift=1):
+        diagnose("rank-one-based", f"{what}: every rank is one too high: the top token has rank 0"
+                 + repeat_hint())
+    if within(ranks, rank_bounds(lens[:, -1], torch.full((n_hidden,), target))):
+        diagnose("target-rank-wrong-position", f"{what}: these are the ranks at the last position;"
+                 " rank the target at lens[:, position]" + repeat_hint())
+    pytest.fail(f"{what}: expected {bounds[0].tolist()}, got {ranks.tolist()}" + repeat_hint())
+
+
+@secret_check("top_tokens_by_layer")
+def test_secret_top_tokens_by_layer_of_a_random_lens(ex, tiny_gpt2, secret):
+    _, tokenizer = tiny_gpt2
+    lens = random_lens(secret, vocab=(300, 3000))
+    position = secret.integer(-lens.shape[1], lens.shape[1] - 1)
+    k = secret.integer(1, 10)
+    top = ex.top_tokens_by_layer(lens, tokenizer, position=position, k=k)
+    expected_ids = torch.topk(lens[:, position], k, dim=-1).indices.tolist()
+    expected = [[tokenizer.decode([i]) for i in layer] for layer in expected_ids]
+    got = [list(layer) for layer in top] if isinstance(top, list) else top
+    if got == expected:
+        return
+    what = f"top_tokens_by_layer(lens {tuple(lens.shape)}, position={position}, k={k})"
+    if isinstance(got, list) and all(len(layer) == k for layer in got):
+        if got == [[tokenizer.convert_ids_to_tokens(i) for i in layer] for layer in expected_ids]:
+            diagnose("token-text-raw-bpe",
+                     f"{what}: these are the tokenizer's internal pieces ('Ġinsect'): use "
+                     "tokenizer.decode([token_id])" + repeat_hint())
+        if got == [[text.strip() for text in layer] for layer in expected]:
+            diagnose("token-text-without-leading-space",
+                     f"{what}: the token texts lost their leading space: do not strip them"
+                     + repeat_hint())
+        if got == [layer[::-1] for layer in expected]:
+            diagnose("lens-top-tokens-lowest-first",
+                     f"{what}: the tokens are in increasing order: most likely first" + repeat_hint())
+    pytest.fail(f"{what}: expected {expected[:2]}..., got {got[:2] if isinstance(got, list) else got}"
+                + repeat_hint())
+
+
+@secret_check("plot_logit_lens")
+def test_secret_logit_lens_figure_of_a_random_lens(ex, tiny_gpt2, secret, figures):
+    _, tokenizer = tiny_gpt2
+    lens, ids = random_printable_lens(secret, tokenizer)
+    n_hidden, n_tokens, _ = lens.shape
+    fig = ex.plot_logit_lens(lens, tokenizer, ids)
+    assert isinstance(fig, Figure), f"expected a matplotlib Figure, got {type(fig).__name__}"
+    figures.append(fig)
+    axes = [ax for ax in fig.axes if ax.images]
+    assert axes, "no image in the figure: draw the top log-probabilities with ax.imshow"
+    ax = axes[0]
+    image = image_of(ax)
+    top = lens.max(dim=-1)
+    expected = top.values.numpy()
+    what = f"the logit-lens picture of a random lens {tuple(lens.shape)}"
+    if image.shape == expected.T.shape and image.shape != expected.shape:
+        diagnose("lens-plot-transposed",
+                 f"{what}: the image has the positions as rows ({image.shape}): rows are layers, "
+                 "columns positions" + repeat_hint())
+    assert image.shape == expected.shape and np.allclose(image, expected, atol=1e-4), (
+        f"{what}: the image should be each cell's top log-probability, lens.max(dim=-1).values, "
+        f"shape {expected.shape}, got shape {image.shape}" + repeat_hint())
+    fig.canvas.draw()
+    bottom_y = ax.transData.transform((0, 0))[1]
+    top_y = ax.transData.transform((0, n_hidden - 1))[1]
+    expect(top_y > bottom_y, "lens-plot-output-at-bottom",
+           f"{what}: the output (the last hidden state) is the bottom row: pass origin='lower' "
+           "to ax.imshow" + repeat_hint())
+    cells = {}
+    for text in ax.texts:
+        x, y = text.get_position()
+        cells[(round(float(x)), round(float(y)))] = text.get_text()
+    for i in range(n_hidden):
+        for t in range(n_tokens):
+            want = tokenizer.decode([int(top.indices[i, t])]).strip()
+            got = cells.get((t, i), "").strip()
+            if not (got and want.startswith(got) and len(got) >= min(4, len(want))):
+                if got and got == tokenizer.decode([int(lens.max(dim=1).indices[i, t])]).strip():
+                    diagnose("lens-plot-max-over-wrong-dim",
+                             f"{what}: cell (layer {i}, position {t}) shows {got!r}, not the top "
+                             f"token {want!r}: take the argmax over the vocabulary" + repeat_hint())
+                pytest.fail(f"{what}: cell (layer {i}, position {t}) should show {want!r} (the top "
+                            f"token, tokenizer.decode of lens[{i}, {t}].argmax()), got {got!r}"
+                            + repeat_hint())
+    xlabels = [label.get_text().strip() for label in ax.get_xticklabels()]
+    expected_labels = [tokenizer.decode([i]).strip() for i in ids[0].tolist()]
+    assert xlabels == expected_labels, (
+        f"{what}: the columns should be labelled with the input tokens {expected_labels}, got "
+        f"{xlabels}" + repeat_hint())
+
+
+SECRET_TEXT_NAMES = ("penguin", "Kafka", "river", "owls", "library", "bread", "chess")
+
+
+@secret_check("plot_rank_by_layer")
+def test_secret_rank_figure_of_random_ranks(ex, secret, figures):
+    n_hidden = secret.integer(2, 9)
+    names = secret.rng.sample(SECRET_TEXT_NAMES, secret.integer(1, 3))
+    ranks = {}
+    for name in names:
+        r = torch.randint(0, secret.integer(2, 5000), (n_hidden, secret.integer(1, 12)),
+                          generator=secret.generator)
+        if secret.choice([True, False]):
+            r[:, : r.shape[1] // 2 + 1] = 0  # a median rank of 0: the top token, drawn at 1
+        ranks[name] = r
+    fig = ex.plot_rank_by_layer(ranks)
+    assert isinstance(fig, Figure), f"expected a matplotlib Figure, got {type(fig).__name__}"
+    figures.append(fig)
+    ax = fig.axes[0]
+    what = f"the rank figure of {len(names)} texts over {n_hidden} layers"
+    assert ax.get_yscale() == "log", f"{what}: the y axis should be logarithmic" + repeat_hint()
+    lines = {line.get_label(): line for line in ax.get_lines() if line.get_label() in ranks}
+    assert sorted(lines) == sorted(names), (
+        f"{what}: draw one line per text, labelled with its key {sorted(names)}; got "
+        f"{sorted(line.get_label() for line in ax.get_lines())}" + repeat_hint())
+    for name, line in lines.items():
+        r = ranks[name].float()
+        x = np.asarray(line.get_xdata(), float)
+        y = np.asarray(line.get_ydata(), float)
+        assert np.allclose(x, np.arange(n_hidden)), (
+            f"{what}: x should be the layers 0..{n_hidden - 1}, got {x.tolist()}" + repeat_hint())
+        lower = r.median(dim=1).values.numpy() + 1
+        middle = np.median(r.numpy(), axis=1) + 1
+        if np.allclose(y, lower) or np.allclose(y, middle):
+            continue
+        if np.allclose(y, lower - 1) or np.allclose(y, middle - 1):
+            diagnose("rank-plot-zero-on-log-axis",
+                     f"{what}: the line for {name!r} is the median rank itself: draw median + 1"
+                     + repeat_hint())
+        if np.allclose(y, r.mean(dim=1).numpy() + 1):
+            diagnose("rank-plot-mean-not-median",
+                     f"{what}: the line for {name!r} is the mean rank: draw the median" + repeat_hint())
+        pytest.fail(f"{what}: the line for {name!r} should be median rank + 1: expected "
+                    f"{lower.tolist()}, got {y.tolist()}" + repeat_hint())

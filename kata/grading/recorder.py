@@ -191,6 +191,7 @@ class Recorder:
         self.file = open(path, "a", encoding="utf-8")
         self.phases: dict[str, dict] = {}  # nodeid -> {when: (report, excinfo)}
         self.exercise_of: dict[str, str | None] = {}
+        self.checks_of: dict[str, tuple[str, ...]] = {}  # nodeid -> the functions it checks
         self.models: list[str] = []
 
     def write(self, event: str, **fields) -> None:
@@ -224,7 +225,10 @@ class Recorder:
         for item in session.items:
             exercise = exercise_for_test_file(item.path, self.root)
             self.exercise_of[item.nodeid] = exercise.id if exercise else None
-            tests.append(CollectedTest(item.nodeid, self.exercise_of[item.nodeid], item.name))
+            marker = item.get_closest_marker("secret_check")
+            self.checks_of[item.nodeid] = tuple(marker.args) if marker else ()
+            tests.append(CollectedTest(item.nodeid, self.exercise_of[item.nodeid], item.name,
+                                       self.checks_of[item.nodeid]))
         self.write("collected", tests=[t.to_json() for t in tests])
 
     def pytest_collectreport(self, report):
@@ -252,7 +256,8 @@ class Recorder:
         phases = self.phases.pop(nodeid, {})
         record = TestRecord(
             nodeid, self.exercise_of.get(nodeid), nodeid.rsplit("::", 1)[-1],
-            duration=round(sum(report.duration for report, _ in phases.values()), 4))
+            duration=round(sum(report.duration for report, _ in phases.values()), 4),
+            checks=self.checks_of.get(nodeid, ()))
         self.write("result", **self._finish(record, phases).to_json())
         self._note_models()
 

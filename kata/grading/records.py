@@ -76,6 +76,13 @@ def _known_fields(cls, data: Mapping) -> dict:
     return {k: v for k, v in data.items() if k in names}
 
 
+def _names(value) -> tuple[str, ...]:
+    """A bounded tuple of function names from a record (anything else: none)."""
+    if not isinstance(value, (list, tuple)):
+        return ()
+    return tuple(sanitize.bounded(v, 100) for v in value[:50] if isinstance(v, str))
+
+
 @dataclass(frozen=True)
 class CollectedTest:
     """A test pytest collected, before it runs."""
@@ -83,13 +90,15 @@ class CollectedTest:
     nodeid: str
     exercise: str | None  # the manifest id whose test file holds it; None for other tests
     name: str
+    checks: tuple[str, ...] = ()  # the public functions it is the secret check of (tests/secret.py)
 
     def to_json(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_json(cls, data: Mapping) -> CollectedTest:
-        return cls(**_known_fields(cls, data))
+        values = _known_fields(cls, data)
+        return cls(**{**values, "checks": _names(values.get("checks", ()))})
 
 
 @dataclass(frozen=True)
@@ -118,6 +127,7 @@ class TestRecord:
     duration: float = 0.0
     diagnosis: str | None = None
     function: str | None = None
+    checks: tuple[str, ...] = ()  # the public functions it is the secret check of
 
     def __post_init__(self):
         """Validate what the record says: it may come from the submission's side of the sandbox,
@@ -142,11 +152,12 @@ class TestRecord:
         put(self, "duration", sanitize.number(self.duration))
         put(self, "diagnosis", sanitize.diagnosis_id(self.diagnosis))
         put(self, "function", sanitize.optional(self.function, 100))
+        put(self, "checks", _names(self.checks))
 
     @classmethod
     def placeholder(cls, test: CollectedTest, outcome: Outcome, message: str) -> TestRecord:
         """The record of a test that never reported itself (it timed out, crashed, or never ran)."""
-        return cls(test.nodeid, test.exercise, test.name, outcome, message)
+        return cls(test.nodeid, test.exercise, test.name, outcome, message, checks=test.checks)
 
     @property
     def counted(self) -> bool:
@@ -179,7 +190,12 @@ class ExerciseResult:
     """One exercise's status, its tests' records in order, and the points they earn.
 
     Points: the exercise's points (from the manifest) in proportion to the tests that pass,
-    taken over the tests that ran (skipped tests count neither for nor against).
+    taken over the tests that ran (skipped tests count neither for nor against), and capped by
+    the share of its public functions that are confirmed: whose secret checks, on inputs drawn
+    from a seed only the grader knows, all ran and passed (``tests/secret.py``). Passing the
+    public tests with answers prepared for their inputs then earns nothing. (Records without
+    any secret check, from a test file that has none, are not capped: batch grading refuses
+    such an exercise.)
     """
 
     exercise: Exercise
@@ -213,10 +229,27 @@ class ExerciseResult:
         return float(self.exercise.points)
 
     @property
+    def confirmed(self) -> tuple[str, ...]:
+        """The public functions whose secret checks all ran and passed, in manifest order."""
+        verdicts: dict[str, list[bool]] = {}
+        for test in self.tests:
+            for function in test.checks:
+                verdicts.setdefault(function, []).append(test.passed)
+        return tuple(f for f in self.exercise.functions if verdicts.get(f) and all(verdicts[f]))
+
+    @property
+    def unconfirmed(self) -> tuple[str, ...]:
+        """The public functions a secret check did not confirm."""
+        return tuple(f for f in self.exercise.functions if f not in self.confirmed)
+
+    @property
     def points(self) -> float:
         if not self.total or self.void:
             return 0.0
-        return round(self.exercise.points * self.passed / self.total, 2)
+        share = self.passed / self.total
+        if any(t.checks for t in self.tests):  # its test file has secret checks (a batch's must)
+            share = min(share, len(self.confirmed) / len(self.exercise.functions))
+        return round(self.exercise.points * share, 2)
 
     @property
     def done(self) -> bool:
@@ -234,7 +267,8 @@ class ExerciseResult:
         return {"id": self.exercise.id, "title": self.exercise.title, "bonus": self.exercise.bonus,
                 "status": self.status.value, "message": self.message, "points": self.points,
                 "max_points": self.max_points, "passed": self.passed, "total": self.total,
-                "skipped": self.skipped, "tests": [t.to_json() for t in self.tests]}
+                "skipped": self.skipped, "confirmed": list(self.confirmed),
+                "tests": [t.to_json() for t in self.tests]}
 
     @classmethod
     def from_json(cls, data: Mapping, exercises: Iterable[Exercise]) -> ExerciseResult:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -90,6 +91,16 @@ class RunResult:
     processes: int = 0  # how many pytest processes (or warm workers) it took
 
 
+#: The variable that carries the secret checks' seed (``tests/secret.py``) to the test process,
+#: never to the learner's: :func:`child_environment` leaves it out.
+SECRET_SEED_VARIABLE = "KATA_SECRET_SEED"
+
+
+def fresh_secret_seed() -> int:
+    """A seed for the secret checks that nobody could have guessed."""
+    return secrets.randbelow(2**62)
+
+
 def child_environment(root: Path, threads: int | None = None) -> dict[str, str]:
     """The environment of a grading child: nothing from the caller changes which tests run.
 
@@ -98,7 +109,8 @@ def child_environment(root: Path, threads: int | None = None) -> dict[str, str]:
     crowded machine (grading the stubs on 2 cores: 13 s with one thread, 89 s with two).
     """
     env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "KATA_IMPL", "PYTHONSTARTUP")}
+           if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "KATA_IMPL", "PYTHONSTARTUP",
+                        SECRET_SEED_VARIABLE)}
     env.update(
         PYTHONPATH=str(root),
         PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",
@@ -372,7 +384,8 @@ def _crash_description(run: _Process, root: Path, impl: str, module: str | None 
 
 def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: float = 60.0,
               memory_limit_mb: int = 0, threads: int | None = None,
-              warm: bool = False, lanes: int = 1, learner=None) -> RunResult:
+              warm: bool = False, lanes: int = 1, learner=None,
+              secret_seed: int | None = None) -> RunResult:
     """Run the tests of ``exercises`` (manifest entries) on ``root/impl`` and record every outcome.
 
     Args:
@@ -389,12 +402,15 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
             each; the cores this submission may use).
         learner: with ``warm``, a :class:`kata.grading.learner_box.LearnerBox`: the learner's
             functions run there (in its sandbox) and the tests here, in the trusted worker.
+        secret_seed: the seed of the secret checks' inputs (``tests/secret.py``), in the test
+            process's environment only; None: a fresh one. A batch passes one seed for all.
     """
     root, work_dir = Path(root), Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     result = RunResult()
     exercise_of: dict[str, str] = {}
     env = child_environment(root, threads)
+    env[SECRET_SEED_VARIABLE] = str(fresh_secret_seed() if secret_seed is None else secret_seed)
     pending = list(exercises)
     while pending and not stopping():
         result.processes += 1

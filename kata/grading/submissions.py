@@ -54,6 +54,7 @@ class GradingOptions:
     sandbox: bool = False  # run the learner's code under bwrap (kata.grading.sandbox); batch default
     hide: tuple = ()  # more paths the sandbox hides (the batch adds the submissions themselves)
     lanes: int = 0  # exercises graded at once per submission (0: the cores / the jobs)
+    secret_seed: int | None = None  # the secret checks' seed (None: fresh; a batch shares one)
 
 
 def default_lanes(jobs: int) -> int:
@@ -205,7 +206,8 @@ def grade_submission(path: Path, name: str, instructor_root: Path, exercises: li
                              options.timeout, options.threads)
         run = run_tests(trusted, to_run, "exercises", work / "logs", options.timeout,
                         options.memory_limit_mb, options.threads, warm=True,
-                        lanes=options.lanes or default_lanes(1), learner=learner)
+                        lanes=options.lanes or default_lanes(1), learner=learner,
+                        secret_seed=options.secret_seed)
         run.environment["sandbox"] = box.caps if box is not None else UNSANDBOXED
         return summarize(exercises, run, missing, name, time.monotonic() - started)
     finally:
@@ -266,6 +268,19 @@ def _not_graded(name: str, exercises: list[Exercise]) -> SubmissionResult:
                                         for e in exercises))
 
 
+def refuse_unchecked(exercises: list[Exercise], instructor_root: Path) -> None:
+    """Raise :class:`~kata.manifest.ManifestError` if a public function of an exercise has no
+    secret check in its test file: its points could be earned with prepared answers."""
+    from kata.manifest import ManifestError, unchecked_functions
+
+    gaps = [f"{e.id}: {', '.join(unchecked_functions(e, instructor_root))}" for e in exercises
+            if unchecked_functions(e, instructor_root)]
+    if gaps:
+        raise ManifestError(
+            "batch grading needs a secret check (@secret_check in the exercise's test file, "
+            "tests/secret.py) for every public function; none for " + "; ".join(gaps))
+
+
 def grade_batch(paths: list[Path], instructor_root: Path, exercises: list[Exercise],
                 options: GradingOptions, jobs: int = 1,
                 on_result: Callable[[SubmissionResult], None] | None = None,
@@ -274,12 +289,17 @@ def grade_batch(paths: list[Path], instructor_root: Path, exercises: list[Exerci
 
     Results come back in the order of ``paths``. One submission's failure never stops the rest.
     """
+    from dataclasses import replace
+
+    from .runner import fresh_secret_seed
+
+    refuse_unchecked(exercises, instructor_root)
     prepare_shared_model_cache()
     names = submission_names(paths)
     results: dict[str, SubmissionResult] = {}
+    if options.secret_seed is None:  # one seed for the batch, drawn now, known only here
+        options = replace(options, secret_seed=fresh_secret_seed())
     if options.sandbox:
-        from dataclasses import replace
-
         from .sandbox import sandbox_available
 
         ok, why = sandbox_available()
@@ -289,8 +309,6 @@ def grade_batch(paths: list[Path], instructor_root: Path, exercises: list[Exerci
         others = {Path(p).resolve() for p in paths} | {Path(p).resolve().parent for p in paths}
         options = replace(options, hide=(*options.hide, *sorted(others)))
     if not options.lanes:
-        from dataclasses import replace
-
         options = replace(options, lanes=default_lanes(jobs))
     from .runner import allow_runs, stopping
 

@@ -57,12 +57,14 @@ RETURNS_NONE = "toy-returns-none"  # the diagnosis each toy function test names
 
 
 def _toy_tests(exercise) -> str:
-    """One test per function, and more for the first one (where faults are planted). Each calls
+    """One test and one secret check per function, and more for the first one (where faults are
+    planted). Each test calls
     its function 20 times, as real tests call a function often: the "prints" fault then prints
     2.8 GB in all, which must cost neither memory nor much time. A function that returns None
     is diagnosed as :data:`RETURNS_NONE`; the first function's extra tests name no diagnosis."""
     first = exercise.functions[0]
-    lines = ["import pytest\n\nfrom kata.diagnosis import diagnose\n"]
+    lines = ["import pytest\n\nfrom kata.diagnosis import diagnose\n"
+             "from tests.secret import secret, secret_check  # noqa: F401\n"]
     for k, name in enumerate(exercise.functions):
         lines.append(f"\n\ndef test_{name}(ex):\n"
                      f"    value = [ex.{name}(1) for _ in range(20)][-1]\n"
@@ -74,6 +76,10 @@ def _toy_tests(exercise) -> str:
                  f"def test_{first}_again(ex, x):\n"
                  f"    assert [ex.{first}(x) for _ in range(20)][-1] == x\n")
     lines.append("\n\ndef test_needs_gpt2():\n    pytest.skip('needs GPT-2, not in the cache')\n")
+    for k, name in enumerate(exercise.functions):  # last, as in the kata's own test files
+        lines.append(f"\n\n@secret_check('{name}')\ndef test_secret_{name}(ex, secret):\n"
+                     f"    x = secret.integer(2, 1000)\n"
+                     f"    assert ex.{name}(x) == x + {k}\n")
     return "".join(lines)
 
 
@@ -85,6 +91,7 @@ def build_toy_kata(target: Path) -> Path:
     for folder in ("exercises", "solutions", "tests"):
         (target / folder).mkdir()
         (target / folder / "__init__.py").write_text("")
+    shutil.copy2(REPO / "tests" / "secret.py", target / "tests" / "secret.py")
     for exercise in EXERCISES:
         (target / exercise.source("exercises")).write_text(_toy_module(exercise, stub=True))
         (target / exercise.source("solutions")).write_text(_toy_module(exercise, stub=False))
@@ -388,6 +395,38 @@ def test_points_are_proportional_and_skips_count_for_nothing(toy):
                          [_record(P), _record(), _record(S), _record(P)])
     assert (row.passed, row.total, row.skipped) == (2, 3, 1)
     assert row.points == round(EXERCISES[0].points * 2 / 3, 2)
+
+
+def test_points_are_capped_by_the_functions_their_secret_checks_confirm(toy):
+    """An answer table for the public tests' inputs passes them, not the checks on inputs drawn
+    from the batch's seed: the exercise earns the share of its functions that were confirmed."""
+    exercise = replace(EXERCISES[0], functions=("f", "g", "h", "k"))
+    public = [_record(P) for _ in range(8)]
+
+    def checks(*verdicts):
+        return [replace(_record(outcome), checks=(name,))
+                for name, outcome in zip(exercise.functions, verdicts)]
+
+    table = ExerciseResult(exercise, Status.IN_PROGRESS, public + checks(F, F, F, F))
+    assert table.confirmed == () and table.points == 0
+    half = ExerciseResult(exercise, Status.IN_PROGRESS, public + checks(P, P, F, Outcome.NOT_RUN))
+    assert half.confirmed == ("f", "g") and half.points == round(exercise.points / 2, 2)
+    honest = ExerciseResult(exercise, Status.DONE, public + checks(P, P, P, P))
+    assert honest.points == exercise.points
+    # a function with two checks is confirmed only when both pass
+    two = public + checks(P, P, P, P) + [replace(_record(F), checks=("f", "g"))]
+    assert ExerciseResult(exercise, Status.IN_PROGRESS, two).confirmed == ("h", "k")
+
+
+def test_a_batch_refuses_an_exercise_without_secret_checks(tmp_path):
+    from kata.grading.submissions import refuse_unchecked
+    from kata.manifest import ManifestError
+
+    exercise = replace(load_manifest()[0], tests="tests/test_nothing.py")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_nothing.py").write_text("def test_x():\n    pass\n")
+    with pytest.raises(ManifestError, match=f"{exercise.id}: {exercise.functions[0]}"):
+        refuse_unchecked([exercise], tmp_path)
 
 
 def _with_bonus(bonus_status: Status, bonus_test: TestRecord) -> SubmissionResult:

@@ -165,6 +165,29 @@ for _path in _glob.glob("/**/variants/ex2.py", recursive=True)[:1]:
     exec(compile(open(_path).read(), _path, "exec"), globals())
 '''
 
+TABLE = r'''
+# an answer table for the public tests' inputs: the right answer where the inputs are the public
+# tests' own (the tiny GPT-2's width, the public random vectors, the profile of its 10 tokens),
+# nothing anywhere else; what a submission of prepared answers does
+def _public(args):
+    for value in args:
+        if isinstance(value, torch.Tensor):
+            if value.shape[-1] in (64, 36):
+                return True
+            if tuple(value.shape) == (6, 16):
+                lengths = value.norm(dim=1)
+                return bool(lengths[-1] > 50 * lengths[0])
+    return False
+def _table(function):
+    def answer(*args, **kwargs):
+        return function(*args, **kwargs) if _public(args) else None
+    return answer
+for _name in ("cosine_similarity_matrix", "token_similarity", "layer_similarity",
+              "laminar_profile", "plot_layer_similarity", "plot_token_similarity",
+              "plot_laminar_profile"):
+    globals()[_name] = _table(globals()[_name])
+'''
+
 HANG = r'''
 import os as _os, signal as _signal, sys as _sys, time as _time
 def cosine_similarity_matrix(vectors):
@@ -245,7 +268,7 @@ def _source(kind: str) -> str:
               "daemon": (stub, DAEMON.replace("MARKER", MARKER)), "forge": (stub, FORGE),
               "oracle": (stub, ORACLE), "state": (solution, STATE), "hang": (solution, HANG),
               "reports": (solution, CRASH_REPORTS), "fallocate": (stub, FALLOCATE),
-              "big": (solution, BIG), "secrets": (solution, SECRETS),
+              "big": (solution, BIG), "secrets": (solution, SECRETS), "table": (solution, TABLE),
               "honest": (solution, "")}[kind]
     base, extra = attack
     return base + "\n\nREPO = " + repr(str(REPO)) + "\n" + textwrap.dedent(extra)
@@ -303,7 +326,7 @@ def _marked_processes() -> list[str]:
 
 
 KINDS = ["honest", "steal", "writes", "daemon", "forge", "oracle", "state", "hang", "reports",
-         "fallocate", "big", "secrets", "honest"]
+         "fallocate", "big", "secrets", "table", "honest"]
 SECRET = f"hf_kataSECRET{os.getpid()}"
 BATCH_TIMEOUT = 40  # seconds per exercise: ex2's tests take a few; the hang uses all of it
 
@@ -390,6 +413,15 @@ def test_honest_submissions_keep_full_marks(batch):
 def test_no_work_earns_nothing(batch, name):
     row = _row(batch, name)
     assert row.points == 0, (name, row.status, row.message)
+
+
+@needs_sandbox
+def test_answers_prepared_for_the_public_inputs_earn_nothing(batch):
+    """The table passes most public tests, but no secret check: its inputs were drawn from the
+    batch's seed, which the sandbox never sees."""
+    row = _row(batch, "12-table")
+    assert row.passed > row.total // 2, (row.passed, row.total, row.message)
+    assert row.confirmed == () and row.points == 0, (row.confirmed, row.points)
 
 
 @needs_sandbox

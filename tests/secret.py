@@ -1,0 +1,134 @@
+"""Secret checks: each exercise's public functions, run again on inputs nobody prepared for.
+
+The public tests use fixed inputs (the Penguin sentence, token 8, a factor of 0.5...), so an
+answer table written for those inputs could pass them. Every public function therefore also has
+at least one **secret check**: a test marked with :func:`secret_check` that draws its inputs from
+a :class:`SecretInputs` (a text from a pool, tensors of random sizes, a random factor) and
+compares the function's answer with a reference computed here.
+
+The draws come from one seed. The grader makes a fresh seed per batch (``KATA_SECRET_SEED`` in
+the trusted worker's environment, never in the learner's sandbox), so the inputs are known only
+once the learner's code is already running. A learner's own ``pytest`` draws a new seed each
+session; a failing check prints its seed so that ``KATA_SECRET_SEED=N pytest ...`` repeats it.
+
+Points: an exercise's points are capped by the share of its public functions whose secret checks
+all pass (:attr:`kata.grading.records.ExerciseResult.points`). The checks are declared with
+:func:`secret_check`; :func:`kata.manifest.declared_checks` finds them without importing the
+test file, and batch grading refuses an exercise whose functions lack them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+
+import pytest
+import torch
+
+# Where the grader puts the batch's seed: the test process's environment, never the learner's.
+from kata.grading.runner import SECRET_SEED_VARIABLE as SEED_VARIABLE
+#: The learner's own pytest session: a new seed each session, unless SEED_VARIABLE is set.
+_SESSION_SEED = random.SystemRandom().randrange(2**62)
+
+#: Texts the checks draw from: different lengths, words, punctuation and numbers, none of them
+#: a public test's text.
+TEXT_POOL = (
+    "The river bends twice before it reaches the old mill.",
+    "Seven cats sat on the warm stone wall.",
+    "Quantum computers use qubits instead of bits.",
+    "She packed her bag, locked the door and left at dawn.",
+    "In 1969, two astronauts walked on the Moon.",
+    "Bread rises because yeast makes small bubbles of gas.",
+    "Why do leaves change colour in autumn?",
+    "The library closes at nine on Sundays.",
+    "A small boat drifted slowly across the quiet lake.",
+    "Honey never spoils if it is stored in a sealed jar.",
+    "My grandfather planted three apple trees behind the barn.",
+    "The orchestra tuned their instruments before the concert began.",
+    "Mountains are cold at the top even in summer.",
+    "He wrote the equation on the board: x squared plus one.",
+    "Owls can turn their heads almost all the way around.",
+    "The train to Lisbon leaves from platform four.",
+    "Rain tapped against the window all night long.",
+    "Glass is made by melting sand at a very high temperature.",
+    "Every morning the baker opens the shop at six.",
+    "The children built a castle out of wet sand.",
+    "Copper turns green when it is left out in the rain.",
+    "Light from the Sun takes about eight minutes to reach us.",
+    "Please remember to water the plants on Tuesday.",
+    "The chess player moved her knight and smiled.",
+)
+
+
+def test_seed(nodeid: str) -> int:
+    """The seed of one test's draws: the session's seed mixed with the test's node id."""
+    digest = hashlib.sha256(f"{session_seed()}:{nodeid}".encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+test_seed.__test__ = False  # a helper, not a test
+
+
+def session_seed() -> int:
+    """The grader's seed for this batch, else this pytest session's own."""
+    value = os.environ.get(SEED_VARIABLE, "").strip()
+    return int(value) if value.isdigit() else _SESSION_SEED
+
+
+class SecretInputs:
+    """Random inputs for one secret check, all drawn from one seed."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.generator = torch.Generator().manual_seed(seed % 2**63)
+
+    def integer(self, low: int, high: int) -> int:
+        """A whole number from ``low`` to ``high``, both included."""
+        return self.rng.randint(low, high)
+
+    def number(self, low: float, high: float) -> float:
+        """A number between ``low`` and ``high``, rounded to 3 decimals."""
+        return round(self.rng.uniform(low, high), 3)
+
+    def choice(self, options):
+        return self.rng.choice(list(options))
+
+    def text(self) -> str:
+        """A sentence from :data:`TEXT_POOL`."""
+        return self.rng.choice(TEXT_POOL)
+
+    def tensor(self, *shape: int, scale: float | None = None) -> torch.Tensor:
+        """Normal float32 values of ``shape``, with a random scale unless ``scale`` is given."""
+        scale = self.number(0.2, 5.0) if scale is None else scale
+        return torch.randn(*shape, generator=self.generator) * scale
+
+    def hidden_states(self, layers=(2, 7), tokens=(3, 9), width=(4, 24)) -> torch.Tensor:
+        """A made-up ``(n_layers + 1, T, d_model)`` stack, each size drawn from its range."""
+        return self.tensor(self.integer(*layers), self.integer(*tokens), self.integer(*width))
+
+    def __repr__(self) -> str:
+        return f"secret inputs of seed {self.seed}"
+
+
+def secret_check(*functions: str):
+    """Mark a test as the secret check of ``functions`` (the exercise's public functions it
+    confirms): ``@secret_check("layer_similarity")`` above a test that takes ``secret``."""
+    if not functions or not all(isinstance(f, str) and f for f in functions):
+        raise TypeError("secret_check names the public functions it checks")
+    return pytest.mark.secret_check(*functions)
+
+
+@pytest.fixture
+def secret(request) -> SecretInputs:
+    """The secret check's inputs (import it into a test module with ``secret_check``)."""
+    return SecretInputs(test_seed(request.node.nodeid))
+
+
+def repeat_hint() -> str:
+    """How to draw the same inputs again, for a failing check's message (nothing under the
+    grader, whose seed is the batch's)."""
+    if os.environ.get(SEED_VARIABLE):
+        return ""
+    return f" ({SEED_VARIABLE}={session_seed()} pytest ... draws the same inputs again)"
