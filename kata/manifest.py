@@ -54,6 +54,9 @@ class Exercise:
     hints: tuple[FunctionHints, ...] = ()
     figures: tuple[Figure, ...] = ()
     bonus: bool = False
+    # whether the maintainers' variants check runs its trained-model tests for every variant
+    # (false where each variant would redo a long SmolLM2 computation the tiny-model tests pin)
+    variants_on_trained_models: bool = True
 
     @property
     def number(self) -> int:
@@ -69,7 +72,8 @@ class Exercise:
 
 
 _FIELDS = {"id": str, "title": str, "module": str, "tests": str, "points": int, "post": str,
-           "functions": list, "hints": dict, "figures": list, "bonus": bool, "expect": dict}
+           "functions": list, "hints": dict, "figures": list, "bonus": bool, "expect": dict,
+           "variants_on_trained_models": bool}
 _REQUIRED = ("id", "title", "module", "tests", "points", "post", "functions")
 _FIGURE_FIELDS = ("recipe", "file", "caption")
 

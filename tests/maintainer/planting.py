@@ -8,6 +8,7 @@ session's models are loaded once for every run.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import textwrap
 
@@ -16,6 +17,13 @@ import pytest
 from kata.manifest import load_manifest
 
 EXERCISES = {exercise.id: exercise for exercise in load_manifest()}
+
+
+def defined_functions(code: str) -> set[str]:
+    """The public functions a catalogued mistake's or variant's code (re)defines."""
+    tree = ast.parse(textwrap.dedent(code))
+    return {node.name for node in tree.body
+            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_")}
 
 
 def catalogue(package: str, name: str) -> list:

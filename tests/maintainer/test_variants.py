@@ -9,42 +9,16 @@ The runs happen in this process, so the session's models are loaded once for all
 
 from __future__ import annotations
 
-import ast
-import textwrap
 
 import pytest
 
 from kata.diagnosis import diagnosis_of
-from tests.maintainer.planting import EXERCISES, catalogue, run_planted
+from tests.maintainer.planting import EXERCISES, catalogue, defined_functions, run_planted
 from tests.variants import Variant
 
 pytestmark = pytest.mark.maintainer
 
 MIN_VARIANTS_PER_EXERCISE = 4
-
-# Slow tests (tens of SmolLM2 forward passes), run only for the variants that redefine one of the
-# functions they exercise; for the others they would only check the solution's code again.
-SLOW_TESTS: dict[str, set[str]] = {}  # none today: ex3's trained-model check runs 4 blocks
-
-
-# Exercises whose trained-model tests are left out of the variants check: each variant would
-# compute its own SmolLM2 logit lens (about 20 s a variant); those tests check properties of the
-# results that the tiny-model tests already pin down exactly.
-TINY_MODEL_ONLY = {"ex5"}
-
-
-def defined_functions(variant: Variant) -> set[str]:
-    """The public functions a variant's code (re)defines."""
-    tree = ast.parse(textwrap.dedent(variant.code))
-    return {node.name for node in tree.body
-            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_")}
-
-
-def slow_tests_to_skip(variant: Variant) -> list[str]:
-    exercise = EXERCISES[variant.exercise]
-    defined = defined_functions(variant)
-    return [nodeid for nodeid, uses in SLOW_TESTS.items()
-            if nodeid.startswith(exercise.tests + "::") and not uses & defined]
 
 
 VARIANTS: list[Variant] = catalogue("variants", "VARIANTS")
@@ -83,8 +57,10 @@ class Outcomes:
 def run_tests_with_variant(variant: Variant, rootpath, tmp_path,
                            boundary: str = "pytest") -> Outcomes:
     outcomes = Outcomes()
-    deselect = [f"--deselect={nodeid}" for nodeid in slow_tests_to_skip(variant)]
-    if variant.exercise in TINY_MODEL_ONLY or boundary == "grader":
+    deselect = []
+    # an exercise's manifest entry may leave its trained-model tests out of this check (each
+    # variant would redo a long SmolLM2 computation that the tiny-model tests pin down exactly)
+    if not EXERCISES[variant.exercise].variants_on_trained_models or boundary == "grader":
         # across the boundary, the tiny-model tests hold every kind of value that crosses
         # (hooks, toys, identities, figures); the trained-model tests only compare numbers
         deselect += ["-m", "not trained"]
@@ -103,9 +79,9 @@ def test_catalogue_has_enough_variants_for_every_exercise():
     assert all(variant.summary for variant in VARIANTS), "say which learner style each variant shows"
     for variant in VARIANTS:
         exercise = EXERCISES[variant.exercise]
-        assert defined_functions(variant) <= set(exercise.functions), (
+        assert defined_functions(variant.code) <= set(exercise.functions), (
             f"{variant.name} may redefine only {exercise.id}'s public functions "
-            f"{exercise.functions}, it defines {sorted(defined_functions(variant))}")
+            f"{exercise.functions}, it defines {sorted(defined_functions(variant.code))}")
 
 
 @pytest.mark.parametrize("boundary", ["pytest", "grader"])

@@ -88,4 +88,24 @@ def plot_rank_by_layer(ranks_by_text):
     return fig
 ''',
     ),
+    Variant(
+        id="rank-by-sorted-position",
+        exercise="ex5",
+        summary="ranks the target by where its log-probability falls among the sorted row",
+        code='''
+def target_rank_by_layer(lens, target_id, position=-1):
+    lens = torch.as_tensor(lens)
+    n_layers_plus_1, n_positions, vocab_size = lens.shape
+    if isinstance(target_id, bool) or not isinstance(target_id, int) or not 0 <= target_id < vocab_size:
+        raise ValueError(f"target_id {target_id!r} is not a token id (0 to {vocab_size - 1})")
+    if not -n_positions <= position < n_positions:
+        raise IndexError(f"position {position} is out of range: the valid positions are "
+                         f"-{n_positions} to {n_positions - 1}")
+    ranks = []
+    for row in lens[:, position]:  # one layer: (vocab_size,)
+        ordered = torch.sort(row, descending=True).values
+        ranks.append(int(torch.searchsorted(-ordered, -row[target_id], side="left")))
+    return torch.tensor(ranks, dtype=torch.int64)
+''',
+    ),
 ]
