@@ -108,6 +108,19 @@ class SecretInputs:
         """A made-up ``(n_layers + 1, T, d_model)`` stack, each size drawn from its range."""
         return self.tensor(self.integer(*layers), self.integer(*tokens), self.integer(*width))
 
+    def gpt2(self, layers=(1, 5)):
+        """A freshly initialised GPT-2 of random sizes (blocks, heads, width, vocabulary), in
+        eval mode; torch's global random state is left as it was."""
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        heads = self.integer(1, 4)
+        config = GPT2Config(n_layer=self.integer(*layers), n_head=heads,
+                            n_embd=heads * self.integer(2, 6), vocab_size=self.integer(60, 400),
+                            n_positions=64)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.integer(0, 10_000))
+            return GPT2LMHeadModel(config).eval()
+
     def __repr__(self) -> str:
         return f"secret inputs of seed {self.seed}"
 

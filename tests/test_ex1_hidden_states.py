@@ -724,21 +724,9 @@ def test_figure_rejects_a_token_index_out_of_range(ex, tiny_reference):
 # a text from a pool, models and tensors of random sizes. Their points count only if these pass.
 
 
-def random_gpt2(secret):
-    """A freshly initialised GPT-2 of random sizes (1-3 blocks), in eval mode."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    heads = secret.integer(1, 4)
-    config = GPT2Config(n_layer=secret.integer(1, 3), n_head=heads,
-                        n_embd=heads * secret.integer(2, 6), vocab_size=secret.integer(60, 400),
-                        n_positions=64)
-    torch.manual_seed(secret.integer(0, 10_000))
-    return GPT2LMHeadModel(config).eval()
-
-
 @secret_check("model_summary")
 def test_secret_model_summary_of_a_model_of_random_sizes(ex, secret):
-    model = random_gpt2(secret)
+    model = secret.gpt2(layers=(1, 3))
     c = model.config
     check_summary(ex.model_summary(model), {"n_layers": c.n_layer, "d_model": c.n_embd,
                                             "n_heads": c.n_head, "vocab_size": c.vocab_size},
