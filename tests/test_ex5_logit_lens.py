@@ -29,6 +29,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 import kata  # noqa: E402
 from kata.diagnosis import diagnose  # noqa: E402
+from kata.reference import log_probs_at_every_position  # noqa: E402
 from tests.support import (  # noqa: E402
     check_message_names,
     check_shape,
@@ -36,26 +37,13 @@ from tests.support import (  # noqa: E402
     computed_once,
     expect,
     raises_clearly,
+    reference_hidden_states,
 )
 
 POSITIONS = [0, 3, -1]  # a selection that includes a negative index
 
 
 # ----------------------------------------------------------------------------- reference values
-
-
-def hidden_states_of(model, input_ids):
-    """``(n_layers + 1, T, d_model)`` float32 CPU, straight from the model."""
-    with torch.no_grad():
-        output = model(input_ids.to(model.device), output_hidden_states=True)
-    return torch.stack(output.hidden_states)[:, 0].float().cpu()
-
-
-def model_log_probs(model, input_ids):
-    """The model's own log-probabilities at every position, ``(T, vocab_size)``."""
-    with torch.no_grad():
-        logits = model(input_ids.to(model.device)).logits[0].float().cpu()
-    return torch.log_softmax(logits, dim=-1)
 
 
 def read(model, h, norm_times):
@@ -133,11 +121,11 @@ def tiny(tiny_gpt2, lens_model):
 
     def compute():
         ids = tokenizer(kata.KAFKA_TEXT, return_tensors="pt")["input_ids"]  # (1, 22)
-        hidden = hidden_states_of(lens_model, ids)  # (5, 22, 64)
+        hidden = reference_hidden_states(lens_model, ids)  # (5, 22, 64)
         return {
             "ids": ids,
             "hidden": hidden,
-            "model": model_log_probs(lens_model, ids),
+            "model": log_probs_at_every_position(lens_model, ids),
             "lens": reference_lens(lens_model, hidden),
         }
 
@@ -669,7 +657,7 @@ def smollm2_kafka(smollm2):
 
     def compute():
         ids = tokenizer(kata.KAFKA_TEXT, return_tensors="pt")["input_ids"]
-        return {"ids": ids, "hidden": hidden_states_of(model, ids), "model": model_log_probs(model, ids)}
+        return {"ids": ids, "hidden": reference_hidden_states(model, ids), "model": log_probs_at_every_position(model, ids)}
 
     return computed_once(("ex5-kafka", "smollm2"), compute)
 
@@ -796,9 +784,9 @@ def test_gpt2_lens_reads_sensible_guesses_before_the_end(ex, gpt2):
     next token improve well before the last blocks."""
     model, tokenizer = gpt2
     ids = tokenizer(kata.KAFKA_TEXT, return_tensors="pt")["input_ids"]
-    hidden = hidden_states_of(model, ids)
+    hidden = reference_hidden_states(model, ids)
     lens = as_lens(ex.logit_lens(model, hidden))
-    worst = (lens[-1] - model_log_probs(model, ids)).abs().max().item()
+    worst = (lens[-1] - log_probs_at_every_position(model, ids)).abs().max().item()
     assert worst <= 1e-4, f"on GPT-2 the lens's last row differs from the model's log-probabilities by {worst:.3g}"
     medians = check_tensor(ex.true_token_ranks(lens, ids), "true_token_ranks").float().median(dim=1).values
     n_layers = lens.shape[0] - 1
@@ -866,7 +854,7 @@ def test_secret_logit_lens_of_a_model_of_random_sizes(ex, secret):
     model = random_lens_model(secret)
     ids = torch.randint(0, model.config.vocab_size, (1, secret.integer(2, 12)),
                         generator=secret.generator)
-    hidden = hidden_states_of(model, ids)
+    hidden = reference_hidden_states(model, ids)
     n_tokens = hidden.shape[1]
     positions = None
     if secret.choice([True, False]):
