@@ -71,7 +71,9 @@ def test_27_of_30_blocks_lower_insect_and_the_last_changes_nothing(smollm2):
     clean = reference_log_probs(model, ids)[target].item()
     values = computed_once(("facts-scaling", "smollm2"),
                            lambda: scaled_block_log_probs(model, ids, target, 0.8))
-    assert int((values < clean).sum()) == 27
+    # The last block's scaled value equals the clean one up to float noise, which a bare `<` could
+    # count either way: a block lowers 'insect' only if it lowers it by more than that noise.
+    assert int((values < clean - 1e-3).sum()) == 27
     assert abs(values[-1].item() - clean) < 1e-3
 
 
