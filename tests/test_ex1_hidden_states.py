@@ -522,6 +522,20 @@ def test_raw_last_block_output_removes_its_hook_when_the_forward_pass_fails(ex):
 # ----------------------------------------------------------------------------- activation_variance
 
 
+def check_not_population_variance(is_shown, hidden, token_index: int, what: str,
+                                  then: str = "") -> None:
+    """Name the catalogued mistake wherever a variance shows up (the function's value, the figure's
+    squares): ``is_shown(values)`` says whether ``what`` shows these per-layer values, and here
+    they are the population variance, which divides by d_model instead of d_model - 1."""
+    d_model = hidden.shape[-1]
+    population = torch.var(hidden[:, token_index, :], dim=-1, correction=0)
+    expect(not is_shown(population), "population-variance", (
+        f"{what} is the population variance (dividing by d_model = {d_model}); this exercise "
+        "uses torch.var's default, the unbiased sample variance, which divides by "
+        f"d_model - 1 = {d_model - 1}{then}"
+    ))
+
+
 def test_activation_variance_is_torch_var_over_d_model(ex, tiny_reference):
     hidden = tiny_reference.hidden  # (5, T, 64)
     n_hidden, _, d_model = hidden.shape
@@ -539,12 +553,9 @@ def test_activation_variance_is_torch_var_over_d_model(ex, tiny_reference):
             f"activation_variance has shape {shape}, expected ({n_hidden},): one variance per "
             f"layer, over the d_model activations of token {token_index}"
         ))
-        population = torch.var(hidden[:, token_index, :], dim=-1, correction=0)
-        expect(not close(variance, population, atol=1e-8, rtol=1e-6), "population-variance", (
-            f"activation_variance is the population variance (dividing by d_model = {d_model}); "
-            "this exercise uses torch.var's default, the unbiased sample variance, which divides "
-            f"by d_model - 1 = {d_model - 1}"
-        ))
+        check_not_population_variance(
+            lambda population: close(variance, population, atol=1e-8, rtol=1e-6),
+            hidden, token_index, "activation_variance")
         check_close(variance, expected, f"activation_variance(hidden_states, {token_index})",
                     hint="compare with torch.var(hidden_states[:, token_index, :], dim=-1) "
                     "(unbiased, dividing by d_model - 1)", atol=1e-8, rtol=1e-5,
@@ -682,6 +693,9 @@ def test_figure_right_panel_shows_the_variance_per_layer_as_squares(ex, tiny_ref
                            & np.isclose(xy[:, 1], value, rtol=1e-4, atol=1e-8)))
 
     missing = [layer for layer, value in zip(layers, expected.tolist()) if not shown(layer, value)]
+    check_not_population_variance(
+        lambda population: bool(missing) and all(map(shown, layers, population.tolist())),
+        hidden, FIGURE_TOKEN, "what the right panel's squares show")
     expect(not missing, "figure-variance-missing", (
         f"the right panel should show token {FIGURE_TOKEN}'s activation variance at layers "
         f"{layers} (x = layer index), one marker each: expected y = "
@@ -768,6 +782,11 @@ def test_secret_activation_variance_of_random_hidden_states(ex, secret):
     hidden = secret.hidden_states()
     token_index = secret.integer(-hidden.shape[1], hidden.shape[1] - 1)
     variance = ex.activation_variance(hidden, token_index)
+    check_tensor(variance, "activation_variance", "use torch.var")
+    check_not_population_variance(
+        lambda population: variance.shape == population.shape
+        and close(variance, population, atol=1e-8, rtol=1e-6),
+        hidden, token_index, "activation_variance", repeat_hint())
     check_close(variance, torch.var(hidden[:, token_index, :], dim=-1),
                 f"activation_variance of a {tuple(hidden.shape)} stack, token {token_index}",
                 hint="torch.var over the d_model activations of each layer" + repeat_hint(),
@@ -793,9 +812,18 @@ def test_secret_figure_draws_the_secret_tokens_activations_and_variance(ex, secr
                f"the left panel's dots at layer {layer} are not token {token_index}'s activations "
                "there: plot hidden_states[layer, token_index, :] at each layer" + repeat_hint())
     squares = np.concatenate(drawn_points(right, marked_only=True) or [np.zeros((0, 2))])
-    for layer, value in enumerate(torch.var(hidden[:, token_index, :], dim=-1).tolist()):
-        expect(bool(np.any(np.isclose(squares[:, 0], layer, atol=1e-6)
-                           & np.isclose(squares[:, 1], value, rtol=1e-4, atol=1e-8))),
-               "figure-variance-missing",
+
+    def shown(layer, value):
+        return bool(np.any(np.isclose(squares[:, 0], layer, atol=1e-6)
+                           & np.isclose(squares[:, 1], value, rtol=1e-4, atol=1e-8)))
+
+    variance = torch.var(hidden[:, token_index, :], dim=-1).tolist()
+    layers = range(hidden.shape[0])
+    check_not_population_variance(
+        lambda population: not all(map(shown, layers, variance))
+        and all(map(shown, layers, population.tolist())),
+        hidden, token_index, "what the right panel's squares show", repeat_hint())
+    for layer, value in enumerate(variance):
+        expect(shown(layer, value), "figure-variance-missing",
                f"the right panel has no marker at layer {layer}'s variance {value:.4g} of token "
                f"{token_index}" + repeat_hint())
