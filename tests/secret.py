@@ -95,6 +95,13 @@ class SecretInputs:
     def choice(self, options):
         return self.rng.choice(list(options))
 
+    def some(self, options, most: int = 3) -> list:
+        """From 1 to ``most`` distinct elements of ``options`` (never more than there are), in
+        their order."""
+        options = list(options)
+        chosen = set(self.rng.sample(range(len(options)), self.integer(1, min(most, len(options)))))
+        return [option for k, option in enumerate(options) if k in chosen]
+
     def text(self) -> str:
         """A sentence from :data:`TEXT_POOL`."""
         return self.rng.choice(TEXT_POOL)

@@ -1029,7 +1029,7 @@ SECRET_TEXT_NAMES = ("penguin", "Kafka", "river", "owls", "library", "bread", "c
 @secret_check("plot_rank_by_layer")
 def test_secret_rank_figure_of_random_ranks(ex, secret, figures):
     n_hidden = secret.integer(2, 9)
-    names = secret.rng.sample(SECRET_TEXT_NAMES, secret.integer(1, 3))
+    names = secret.some(SECRET_TEXT_NAMES)
     ranks = {}
     for name in names:
         r = torch.randint(0, secret.integer(2, 5000), (n_hidden, secret.integer(1, 12)),
