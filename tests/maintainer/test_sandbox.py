@@ -166,17 +166,25 @@ for _path in _glob.glob("/**/variants/ex2.py", recursive=True)[:1]:
 '''
 
 TABLE = r'''
-# an answer table for the public tests' inputs: the right answer where the inputs are the public
-# tests' own (the tiny GPT-2's width, the public random vectors, the profile of its 10 tokens),
-# nothing anywhere else; what a submission of prepared answers does
+# an answer table for the public tests' inputs: whoever reads the public tests knows their inputs
+# (the models' widths, 64 for the tiny GPT-2 and 576 for SmolLM2, the widths of their texts'
+# profiles, and the few tensors the tests build from fixed seeds or constants); the table gives the
+# right answer for those and nothing for any other input: what a submission of prepared answers does
+def _seeded_vectors(n, d, seed):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(n, d, generator=generator) * torch.linspace(0.1, 30.0, n)[:, None]
+_KNOWN = [_seeded_vectors(6, 16, 0), _seeded_vectors(8, 5, 1), _seeded_vectors(6, 16, 5),
+          torch.randn(3, 6, 8, generator=torch.Generator().manual_seed(2)),
+          torch.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0], [3.0, -1.0, 0.5]])]
 def _public(args):
     for value in args:
-        if isinstance(value, torch.Tensor):
-            if value.shape[-1] in (64, 36):
+        if isinstance(value, torch.Tensor) and value.dim() > 0:
+            if value.shape[-1] in (64, 576, 36, 45, 231, 253):
                 return True
-            if tuple(value.shape) == (6, 16):
-                lengths = value.norm(dim=1)
-                return bool(lengths[-1] > 50 * lengths[0])
+            if not value.any() or bool((value == 1).all()):
+                return True
+            if any(value.shape == k.shape and torch.equal(value, k) for k in _KNOWN):
+                return True
     return False
 def _table(function):
     def answer(*args, **kwargs):
