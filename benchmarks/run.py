@@ -4,8 +4,9 @@
     python benchmarks/run.py --only scaling   # one row group: scaling, exercise, warm, suite, first, grader, sandbox
     python benchmarks/run.py --update-readme  # also write the table into README.md
 
-Targets: one exercise's tests within 3 s with warm caches, the whole maintainer suite within
-60 s, peak memory under 2.5 GB, fast_scaling_experiment at least 5x faster than
+Targets: one exercise's tests in a fresh process within 2.5x the import floor (measured beside
+it), a warm re-run within 1 s, the whole maintainer suite within 5 minutes, peak memory under
+2.5 GB, fast_scaling_experiment at least 5x faster than
 scaling_experiment on SmolLM2, a correct submission graded within 10 s, and the sandbox costing less than 20% of that.
 """
 
@@ -72,14 +73,37 @@ def scaling_rows(runs: int) -> list[tuple[str, str, str]]:
     ]
 
 
+#: The floor issue 25 names: starting Python, torch and transformers (whose model classes load lazily).
+IMPORT_FLOOR = [sys.executable, "-c",
+                "import torch, transformers; from transformers import AutoModelForCausalLM"]
+#: What any test process that builds a model also pays: the model code itself (modeling_utils, and
+#: through it torch.distributed.tensor), which the floor's lazy import does not load.
+MODEL_FLOOR = [sys.executable, "-c", "import torch; from transformers import GPT2LMHeadModel; GPT2LMHeadModel"]
+
+
 def exercise_rows(runs: int) -> list[tuple[str, str, str]]:
+    """A learner's ``pytest tests/test_exN_*.py`` on the solutions, beside the import floor:
+    the two alternate, run after run, so both see the same load."""
     from kata.manifest import load_manifest
 
-    rows = []
+    rows, floors, model_floors = [], [], []
     for exercise in load_manifest():
-        times = [timed_run(PYTEST + [exercise.tests])[0] for _ in range(runs)]
-        rows.append((f"pytest {exercise.tests}, warm caches", f"{statistics.median(times):.1f} s (median of {runs})", "<= 3 s"))
-    return rows
+        times = []
+        for _ in range(runs):
+            floors.append(timed_run(IMPORT_FLOOR)[0])
+            model_floors.append(timed_run(MODEL_FLOOR)[0])
+            times.append(timed_run(PYTEST + [exercise.tests])[0])
+        rows.append((exercise.tests, statistics.median(times)))
+    floor, model_floor = statistics.median(floors), statistics.median(model_floors)
+    table = [("import floor: python -c 'import torch, transformers; from transformers import "
+              "AutoModelForCausalLM'", f"{floor:.1f} s (median of {len(floors)})", ""),
+             ("the same with the model code loaded: python -c 'import torch; from transformers "
+              "import GPT2LMHeadModel; GPT2LMHeadModel'",
+              f"{model_floor:.1f} s (median of {len(model_floors)}), {model_floor / floor:.1f}x", "")]
+    table += [(f"pytest {tests} (fresh process, warm caches), and its ratio to the floor",
+               f"{seconds:.1f} s (median of {runs}), {seconds / floor:.1f}x", "<= 2.5x")
+              for tests, seconds in rows]
+    return table
 
 
 WARM_RERUNS = """
@@ -103,14 +127,14 @@ def warm_rows(runs: int) -> list[tuple[str, str, str]]:
         if line.startswith("WARM "):
             _, tests, seconds = line.split()
             rows.append((f"re-run of {tests} in a warm process (grader.py watch --warm)",
-                         f"{float(seconds):.1f} s (median of {runs})", "<= 3 s"))
+                         f"{float(seconds):.1f} s (median of {runs})", "<= 1 s"))
     return rows
 
 
 def suite_rows() -> list[tuple[str, str, str]]:
     seconds, code, peak = timed_run(PYTEST)
     return [
-        (f"maintainer suite (pytest --impl solutions), warm caches, exit {code}", f"{seconds:.0f} s", "<= 60 s"),
+        (f"maintainer suite (pytest --impl solutions), warm caches, exit {code}", f"{seconds:.0f} s", "<= 300 s"),
         ("peak memory of one process in the suite", f"{peak} MB", "< 2500 MB"),
     ]
 
