@@ -25,7 +25,7 @@ class ManifestError(ValueError):
 
 @dataclass(frozen=True)
 class Figure:
-    recipe: str  # the drawing code's name in kata/grading/figures.py
+    recipe: str  # the drawing function's name in kata/drawings/<exercise id>.py
     file: str  # written into the folder given to `grader.py figures DIR`
     caption: str
     # "what you should see", per model: {"gpt2": ..., "smollm2": ..., "tiny-gpt2": ...}
@@ -193,7 +193,7 @@ def check_recipes(exercises: Iterable[Exercise], known: Iterable[str]) -> None:
             if figure.recipe not in known:
                 raise ManifestError(
                     f"exercises.toml, exercise {exercise.id}: figure {figure.file} names recipe "
-                    f"{figure.recipe!r}, which kata/grading/figures.py does not draw "
+                    f"{figure.recipe!r}, which kata/drawings/{exercise.id}.py does not draw "
                     f"(known: {', '.join(sorted(known))})")
 
 

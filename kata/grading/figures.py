@@ -1,5 +1,5 @@
-"""Drawing the post's figures 6 to 11 and exercise 5's logit-lens figures 12 and 13 with the
-learner's own functions.
+"""Drawing the post's figures 6 to 11, exercise 5's logit-lens figures 12 and 13, and the
+patching figures 14 (exercise 6) and 15 (exercise 7), with the learner's own functions.
 
 ``python grader.py figures DIR`` runs this module in a child process (so an endless loop in an
 exercise cannot hang the grader) which loads the chosen model once and, for each figure, calls
@@ -14,9 +14,10 @@ learner's ``exercises/``, puts the reference solution's drawing beside it
 (``fig06_..._reference.png``) and both into one ``contact_sheet.png``.
 
 Which figures exist, their files and captions, and which exercise owns each, is in the manifest
-(``figures = [{recipe, file, caption}]`` per exercise); this module holds only the drawing code,
-one function per recipe name in :data:`DRAWINGS`, each given the exercise's module. An exercise
-added later gets its figures by listing them in the manifest and adding its recipes here.
+(``figures = [{recipe, file, caption}]`` per exercise); how each is drawn is the exercise's own
+file in :mod:`kata.drawings` (``kata/drawings/ex6.py`` defines ``fig14``). This module saves the
+figures, measures their legibility and puts the reference beside them: an exercise added later
+gets its figures with its manifest entry and its drawing file, and no edit here.
 """
 
 from __future__ import annotations
@@ -29,117 +30,26 @@ from pathlib import Path
 from typing import Callable
 
 import kata
+from kata.drawings import Inputs, drawing
 from kata.impl import ImplementationImportError, import_implementation, stub_reached
 from kata.manifest import Exercise, Figure, check_recipes, load_manifest
 
 from .runner import child_environment, kill_group
 
 
-class Inputs:
-    """The model, its tokenizer and the post's texts, with forward passes computed once."""
-
-    def __init__(self, model, tokenizer):
-        self.model, self.tokenizer = model, tokenizer
-        self._hidden_of = {}
-
-    @property
-    def penguin_hidden_states(self):
-        """``(n_layers + 1, T, d_model)`` for the penguin sentence, straight from the model."""
-        return self.hidden_states(kata.PENGUIN_TEXT)
-
-    @property
-    def penguin_tokens(self) -> list[str]:
-        ids = self.tokenizer(kata.PENGUIN_TEXT)["input_ids"]
-        return [self.tokenizer.decode([i]) for i in ids]
-
-    def hidden_states(self, text):
-        """``(n_layers + 1, T, d_model)`` for ``text``, straight from the model (computed once)."""
-        if text not in self._hidden_of:
-            from kata.reference import hidden_states
-
-            self._hidden_of[text] = hidden_states(self.model, self.ids(text))
-        return self._hidden_of[text]
-
-    def ids(self, text):
-        return self.tokenizer(text, return_tensors="pt")["input_ids"]
-
-    @property
-    def kafka_ids(self):
-        ids = self.tokenizer(kata.KAFKA_TEXT, return_tensors="pt")["input_ids"]
-        return ids.to(self.model.device)
-
-
-def _spread(n: int, count: int) -> list[int]:
-    """``count`` indices spread evenly over ``range(n)``, first and last included."""
-    count = min(count, n)
-    return sorted({round(i * (n - 1) / max(count - 1, 1)) for i in range(count)})
-
-
-def _figure6(f, inputs):
-    tokens = inputs.penguin_tokens
-    index = kata.figure6_token(tokens)  # the post's ' cute', found by its text
-    return f.plot_token_activations(inputs.penguin_hidden_states, index, tokens[index])
-
-
-def _figure7(f, inputs):
-    tokens = inputs.penguin_tokens
-    return f.plot_layer_similarity(inputs.penguin_hidden_states, _spread(len(tokens), 4), tokens)
-
-
-def _figure8(f, inputs):
-    hidden = inputs.penguin_hidden_states
-    return f.plot_token_similarity(hidden, _spread(hidden.shape[0], 4), inputs.penguin_tokens)
-
-
-def _figure9(f, inputs):
-    return f.plot_laminar_profile(f.laminar_profile(inputs.penguin_hidden_states))
-
-
-def _figure10(f, inputs):
-    top = f.top_next_tokens(inputs.model, inputs.tokenizer, inputs.kafka_ids, 21)
-    lines = [f"The {len(top)} most likely next tokens after the Kafka text (figure 10):", ""]
-    lines += [f"{rank:3d}. {text!r:24} logit {logit:8.3f}" for rank, (text, logit) in
-              enumerate(top, start=1)]
-    return "\n".join(lines) + "\n"
-
-
-def _figure11(f, inputs):
-    target = f.target_token_id(inputs.tokenizer, kata.TARGET_WORD)
-    values = f.scaling_experiment(inputs.model, inputs.kafka_ids, target)
-    clean = float(f.next_token_log_probs(inputs.model, inputs.kafka_ids)[target])
-    return f.plot_scaling_experiment(values, clean)
-
-
-def _figure12(f, inputs):
-    lens = f.logit_lens(inputs.model, inputs.hidden_states(kata.KAFKA_TEXT))
-    return f.plot_logit_lens(lens, inputs.tokenizer, inputs.ids(kata.KAFKA_TEXT))
-
-
-def _figure13(f, inputs):
-    ranks = {}
-    for label, text in (("penguin", kata.PENGUIN_TEXT), ("Kafka", kata.KAFKA_TEXT)):
-        lens = f.logit_lens(inputs.model, inputs.hidden_states(text))
-        ranks[label] = f.true_token_ranks(lens, inputs.ids(text))
-        del lens  # (n_layers + 1, T, vocab_size) floats: one text's lens at a time
-    return f.plot_rank_by_layer(ranks)
-
-
-DRAWINGS: dict[str, Callable] = {  # recipe -> draw(module, inputs) -> a Figure or text
-    "fig06": _figure6,
-    "fig07": _figure7,
-    "fig08": _figure8,
-    "fig09": _figure9,
-    "fig10": _figure10,
-    "fig11": _figure11,
-    "fig12": _figure12,
-    "fig13": _figure13,
-}
+def drawings(exercises: list[Exercise] | None = None) -> dict[str, Callable]:
+    """``recipe -> draw(module, inputs)`` for every figure in the manifest that has drawing code
+    (``kata/drawings/<exercise id>.py``, a function named after the recipe)."""
+    exercises = load_manifest() if exercises is None else exercises
+    found = {figure.recipe: drawing(exercise.id, figure.recipe)
+             for exercise in exercises for figure in exercise.figures}
+    return {recipe: draw for recipe, draw in found.items() if draw is not None}
 
 
 def planned_figures(exercises: list[Exercise] | None = None) -> list[tuple[Exercise, Figure]]:
     """Every figure in the manifest with the exercise that owns it, in the manifest's order."""
     exercises = load_manifest() if exercises is None else exercises
-    check_recipes(exercises, DRAWINGS)
+    check_recipes(exercises, drawings(exercises))
     return [(exercise, figure) for exercise in exercises for figure in exercise.figures]
 
 
@@ -298,7 +208,7 @@ def _draw(exercise: Exercise, figure: Figure, impl: str, inputs):
     module = None
     try:
         module = import_implementation(exercise, impl)
-        return DRAWINGS[figure.recipe](module, inputs), ""
+        return drawing(exercise.id, figure.recipe)(module, inputs), ""
     except NotImplementedError as error:
         unwritten = stub_reached(error, Path(module.__file__).parent) if module else None
         return None, (f"not written yet ({exercise.id}"

@@ -9,7 +9,8 @@ functions, hints, figures) and these files, found from the entry:
 * ``tests/mistakes/<id>.py`` and ``tests/variants/<id>.py``: at least one catalogued mistake
   and one correct variant defining every function;
 * hints for every function, in the manifest entry;
-* drawing code for every figure (``kata/grading/figures.py``, by recipe);
+* drawing code for every figure (``kata/drawings/<id>.py``, a function named after the
+  recipe);
 * ``notebooks/src/<module>.py`` and the notebook built from it.
 
 A missing piece fails here with the exercise and the function named.
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from kata.drawings import drawing
 from kata.manifest import declared_checks, load_manifest
 from tests.maintainer.planting import catalogue, defined_functions
 from tests.maintainer.test_contract import ReachMap
@@ -37,7 +39,7 @@ def covered(entries, exercise_id: str) -> set[str]:
     return set().union(*[defined_functions(e.code) for e in entries if e.exercise == exercise_id])
 
 
-def missing_pieces(exercise, root: Path, mistakes, variants, drawings) -> list[str]:
+def missing_pieces(exercise, root: Path, mistakes, variants) -> list[str]:
     """What ``exercise`` lacks, one sentence per piece, each naming the exercise (and function)."""
     where = exercise.id
     files = {"solution": exercise.source("solutions"), "stub": exercise.source("exercises"),
@@ -61,27 +63,21 @@ def missing_pieces(exercise, root: Path, mistakes, variants, drawings) -> list[s
             problems.append(f"{named}: no correct variant (tests/variants/{exercise.id}.py)")
         if not exercise.hints_for(function):
             problems.append(f"{named}: no hints ([exercise.hints] in kata/exercises.toml)")
-    problems += [f"{where}: figure {figure.file} has no drawing code for recipe "
-                 f"{figure.recipe!r} (kata/grading/figures.py)"
-                 for figure in exercise.figures if figure.recipe not in drawings]
+    problems += [f"{where}: figure {figure.file} has no drawing code: a function "
+                 f"{figure.recipe}(f, inputs) in kata/drawings/{exercise.id}.py"
+                 for figure in exercise.figures if drawing(exercise.id, figure.recipe) is None]
     return problems
-
-
-def _drawings() -> set[str]:
-    from kata.grading.figures import DRAWINGS
-
-    return set(DRAWINGS)
 
 
 @pytest.mark.parametrize("exercise", EXERCISES, ids=[e.id for e in EXERCISES])
 def test_every_exercise_has_every_piece(exercise):
     problems = missing_pieces(exercise, ROOT, catalogue("mistakes", "MISTAKES"),
-                              catalogue("variants", "VARIANTS"), _drawings())
+                              catalogue("variants", "VARIANTS"))
     assert not problems, "\n".join(problems)
 
 
 def test_a_new_exercise_is_told_what_it_lacks(tmp_path):
-    """A sixth exercise with only its manifest entry, a solution and one test: every missing
+    """An eighth exercise with only its manifest entry, a solution and one test: every missing
     piece is named."""
     from dataclasses import replace
 
@@ -91,17 +87,17 @@ def test_a_new_exercise_is_told_what_it_lacks(tmp_path):
     shutil.copytree(ROOT / "tests", root / "tests",
                     ignore=shutil.ignore_patterns("__pycache__", "maintainer"))
     (root / "solutions").mkdir()
-    (root / "solutions" / "ex6_scratch.py").write_text("def double(x):\n    return 2 * x\n")
-    (root / "tests" / "test_ex6_scratch.py").write_text(
+    (root / "solutions" / "ex8_scratch.py").write_text("def double(x):\n    return 2 * x\n")
+    (root / "tests" / "test_ex8_scratch.py").write_text(
         "def test_double(ex):\n    assert ex.double(2) == 4\n")
-    sixth = replace(EXERCISES[0], id="ex6", module="ex6_scratch",
-                    tests="tests/test_ex6_scratch.py", functions=("double", "halve"), hints=(),
+    sixth = replace(EXERCISES[0], id="ex8", module="ex8_scratch",
+                    tests="tests/test_ex8_scratch.py", functions=("double", "halve"), hints=(),
                     figures=(Figure("fig99", "fig99.png", "a figure"),))
-    problems = "\n".join(missing_pieces(sixth, root, [], [], _drawings()))
-    for piece in ("no stub exercises/ex6_scratch.py", "no notebook source",
-                  "ex6 halve: no test in tests/test_ex6_scratch.py reaches ex.halve",
-                  "ex6 double: no secret check", "ex6 double: no catalogued mistake",
-                  "ex6 halve: no correct variant", "ex6 double: no hints",
-                  "recipe 'fig99'"):
+    problems = "\n".join(missing_pieces(sixth, root, [], []))
+    for piece in ("no stub exercises/ex8_scratch.py", "no notebook source",
+                  "ex8 halve: no test in tests/test_ex8_scratch.py reaches ex.halve",
+                  "ex8 double: no secret check", "ex8 double: no catalogued mistake",
+                  "ex8 halve: no correct variant", "ex8 double: no hints",
+                  "fig99(f, inputs) in kata/drawings/ex8.py"):
         assert piece in problems, f"{piece!r} not in:\n{problems}"
-    assert "ex6 double: no test" not in problems
+    assert "ex8 double: no test" not in problems

@@ -123,6 +123,21 @@ def test_duplicates_across_exercises_and_unknown_recipes_are_refused():
 
 
 def test_every_figure_recipe_in_the_manifest_has_drawing_code_and_the_reverse():
-    from kata.grading.figures import DRAWINGS, planned_figures
+    """Every recipe is drawn by its exercise's kata/drawings file, and every drawing function
+    there is a figure of that exercise."""
+    import importlib
 
-    assert sorted(f.recipe for _, f in planned_figures()) == sorted(DRAWINGS)
+    from kata.grading.figures import drawings, planned_figures
+
+    assert sorted(f.recipe for _, f in planned_figures()) == sorted(drawings())
+    for exercise in load_manifest():
+        try:
+            module = importlib.import_module(f"kata.drawings.{exercise.id}")
+        except ModuleNotFoundError:
+            assert not exercise.figures, f"{exercise.id} has figures but no kata/drawings file"
+            continue
+        defined = {name for name, value in vars(module).items()
+                   if callable(value) and getattr(value, "__module__", "") == module.__name__}
+        assert defined == {f.recipe for f in exercise.figures}, (
+            f"kata/drawings/{exercise.id}.py draws {sorted(defined)}, the manifest lists "
+            f"{sorted(f.recipe for f in exercise.figures)}")
