@@ -1,13 +1,15 @@
 """The kata's performance table: how long learners and instructors wait, and how much memory.
 
     python benchmarks/run.py                  # everything (about 10 minutes on 2 CPU cores)
-    python benchmarks/run.py --only scaling   # one row group: scaling, exercise, warm, suite, first, grader, sandbox
+    python benchmarks/run.py --only scaling   # one row group: scaling, patching, exercise, warm, suite, first, grader, sandbox
     python benchmarks/run.py --update-readme  # also write the table into README.md
 
 Targets: one exercise's tests in a fresh process within 2.5x the import floor (measured beside
 it), a warm re-run within 1 s, the whole maintainer suite within 5 minutes, peak memory under
-2.5 GB, fast_scaling_experiment at least 5x faster than
-scaling_experiment on SmolLM2, a correct submission graded within 10 s, and the sandbox costing less than 20% of that.
+2.5 GB, fast_scaling_experiment at least 5x faster than scaling_experiment on SmolLM2,
+fast_patching_effect at least 3x faster than patching_effect (and equal to 1e-4),
+attribution_patching at most 2x one forward and backward pass, a correct submission graded
+within 10 s, and the sandbox costing less than 20% of that.
 """
 
 from __future__ import annotations
@@ -79,6 +81,87 @@ IMPORT_FLOOR = [sys.executable, "-c",
 #: What any test process that builds a model also pays: the model code itself (modeling_utils, and
 #: through it torch.distributed.tensor), which the floor's lazy import does not load.
 MODEL_FLOOR = [sys.executable, "-c", "import torch; from transformers import GPT2LMHeadModel; GPT2LMHeadModel"]
+
+
+def patching_flops(model, n_tokens: int) -> tuple[float, float]:
+    """GFLOP of ``patching_effect``'s loop and of ``fast_patching_effect``'s two passes.
+
+    Counted as 2 FLOP per weight of each Linear layer of a block per token (attention scores,
+    norms and activations are left out: with 10 tokens they are a few percent), plus the
+    unembedding, 2 * vocab_size * d_model per unembedded position.
+    """
+    import torch
+
+    import kata
+
+    blocks = kata.blocks(model)
+    per_token = 2 * sum(m.weight.numel() for m in blocks[0].modules()
+                        if isinstance(m, torch.nn.Linear))
+    unembed = 2 * model.get_output_embeddings().weight.numel()
+    n, t = len(blocks), n_tokens
+    # the loop: a clean and a corrupted run, then n * t patched runs, every position unembedded
+    loop = (n * t + 2) * (t * n * per_token + t * unembed)
+    # two passes: the clean run (every position), then block j on the corrupted row and the
+    # rows patched at blocks 0 .. j - 1, t each, their last position unembedded
+    rows = sum(1 + t * j for j in range(n))
+    fast = (t * n * per_token + t * unembed) + rows * t * per_token + (1 + t * n) * unembed
+    return loop / 1e9, fast / 1e9
+
+
+def patching_rows(runs: int) -> list[tuple[str, str, str]]:
+    """Exercises 6 and 7 on SmolLM2: the loop against the two-pass map, the estimate against one
+    forward and backward pass, each pair measured alternately in one run (ratios, so that a
+    loaded machine slows both alike)."""
+    import torch
+
+    import kata
+    from solutions.ex6_activation_patching import fast_patching_effect, patching_effect
+    from solutions.ex7_attribution_patching import attribution_patching
+
+    model, tokenizer = kata.load_model("smollm2")
+    clean = tokenizer(kata.CLEAN_PROMPT, return_tensors="pt")["input_ids"]
+    corrupted = tokenizer(kata.CORRUPTED_PROMPT, return_tensors="pt")["input_ids"]
+    good = tokenizer(kata.CLEAN_ANSWER, add_special_tokens=False)["input_ids"][0]
+    bad = tokenizer(kata.CORRUPTED_ANSWER, add_special_tokens=False)["input_ids"][0]
+    args = (model, clean, corrupted, good, bad)
+
+    def forward_backward():
+        log_probs = torch.log_softmax(model(corrupted).logits[0, -1], dim=-1)
+        (log_probs[good] - log_probs[bad]).backward()
+        model.zero_grad(set_to_none=True)
+
+    def seconds(function):
+        started = time.perf_counter()
+        value = function()
+        return time.perf_counter() - started, value
+
+    fast_patching_effect(*args)  # warm-up
+    slow_times, fast_times, attribution_times, pass_times = [], [], [], []
+    for _ in range(runs):
+        slow_seconds, slow = seconds(lambda: patching_effect(*args))
+        fast_seconds, fast = seconds(lambda: fast_patching_effect(*args))
+        slow_times.append(slow_seconds)
+        fast_times.append(fast_seconds)
+        attribution_times.append(seconds(lambda: attribution_patching(*args))[0])
+        pass_times.append(seconds(forward_backward)[0])
+        print(f"  patching: loop {slow_seconds:.1f} s, two passes {fast_seconds:.1f} s, "
+              f"attribution {attribution_times[-1]:.2f} s, forward and backward "
+              f"{pass_times[-1]:.2f} s", file=sys.stderr, flush=True)
+    slow_s, fast_s = statistics.median(slow_times), statistics.median(fast_times)
+    attribution_s, pass_s = statistics.median(attribution_times), statistics.median(pass_times)
+    loop_gflop, fast_gflop = patching_flops(model, clean.shape[1])
+    difference = (slow - fast).abs().max().item()
+    return [
+        ("patching_effect (300 patched passes), SmolLM2, Eiffel/Colosseum",
+         f"{slow_s:.2f} s (median of {runs}), about {loop_gflop:.0f} GFLOP", ""),
+        ("fast_patching_effect (two passes), same input",
+         f"{fast_s:.2f} s (median of {runs}), about {fast_gflop:.0f} GFLOP", ""),
+        ("fast patching speed-up (the FLOP ratio beside it; the rest is the loop's per-pass cost)",
+         f"{slow_s / fast_s:.1f}x (FLOP ratio {loop_gflop / fast_gflop:.1f}x)", ">= 3x"),
+        ("fast patching, largest difference from the loop", f"{difference:.1e}", "<= 1e-4"),
+        ("attribution_patching against one forward and backward pass of the corrupted prompt",
+         f"{attribution_s:.2f} s against {pass_s:.2f} s: {attribution_s / pass_s:.1f}x", "<= 2x"),
+    ]
 
 
 def exercise_rows(runs: int) -> list[tuple[str, str, str]]:
@@ -247,6 +330,7 @@ def sandbox_rows(runs: int = 3) -> list[tuple[str, str, str]]:
 
 GROUPS = {
     "scaling": lambda args: scaling_rows(args.runs),
+    "patching": lambda args: patching_rows(args.runs),
     "exercise": lambda args: exercise_rows(args.runs),
     "warm": lambda args: warm_rows(args.runs),
     "suite": lambda args: suite_rows(),

@@ -115,18 +115,44 @@ class SecretInputs:
         """A made-up ``(n_layers + 1, T, d_model)`` stack, each size drawn from its range."""
         return self.tensor(self.integer(*layers), self.integer(*tokens), self.integer(*width))
 
-    def gpt2(self, layers=(1, 5)):
+    def gpt2(self, layers=(1, 5), spread: float = 0.02):
         """A freshly initialised GPT-2 of random sizes (blocks, heads, width, vocabulary), in
-        eval mode; torch's global random state is left as it was."""
+        eval mode; torch's global random state is left as it was. ``spread``: the weights'
+        standard deviation (GPT-2's own 0.02 gives logits that barely differ; 0.2 gives a model
+        whose prompts lead to clearly different predictions)."""
         from transformers import GPT2Config, GPT2LMHeadModel
 
         heads = self.integer(1, 4)
         config = GPT2Config(n_layer=self.integer(*layers), n_head=heads,
                             n_embd=heads * self.integer(2, 6), vocab_size=self.integer(60, 400),
-                            n_positions=64)
+                            n_positions=64, initializer_range=spread, bos_token_id=0,
+                            eos_token_id=0)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.integer(0, 10_000))
             return GPT2LMHeadModel(config).eval()
+
+    def prompt_pair(self, model, min_gap: float = 0.5):
+        """Two prompts of one random length for ``model`` that differ at a few random positions,
+        and two answers whose log-probability difference separates them: ``(clean_ids,
+        corrupted_ids, good_id, bad_id)``, the ids ``(1, T)``. Prompts are drawn again until the
+        two metrics (``log p(good) - log p(bad)`` at the last position) differ by ``min_gap``,
+        so that a map normalised by that gap does not blow float noise up."""
+        from kata.reference import reference_logits
+
+        vocab = model.config.vocab_size
+        for _ in range(50):
+            n_tokens = self.integer(2, 7)
+            clean = torch.randint(0, vocab, (1, n_tokens), generator=self.generator)
+            corrupted = clean.clone()
+            for position in self.some(range(n_tokens)):
+                corrupted[0, position] = (clean[0, position] + self.integer(1, vocab - 1)) % vocab
+            gap = (torch.log_softmax(reference_logits(model, clean)[-1], -1)
+                   - torch.log_softmax(reference_logits(model, corrupted)[-1], -1))
+            good = self.choice(torch.topk(gap, 3).indices.tolist())
+            bad = self.choice(torch.topk(-gap, 3).indices.tolist())
+            if gap[good] - gap[bad] >= min_gap:
+                break
+        return clean, corrupted, good, bad
 
     def __repr__(self) -> str:
         return f"secret inputs of seed {self.seed}"

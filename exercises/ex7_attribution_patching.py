@@ -1,0 +1,147 @@
+# Your exercise file: replace each `raise NotImplementedError` with your code.
+# Generated from solutions/ex7_attribution_patching.py by `python -m kata.stubs`.
+# (Maintainers: edit the solution and regenerate, not this file.)
+"""Exercise 7 (bonus): attribution patching: the one-pass estimate, and where it fails.
+
+The post: "LLM breakdown 4/6: Transformer outputs (hidden states)", in Mike X Cohen's
+Substack series *LLM breakdown*; his notebook for it is `MLonLLMs/LLMbreakdown_4_hiddenStates.ipynb`
+in the public repository `mikexcohen/Substack`. This kata retells its demos in its own words.
+
+Exercise 6's map costs one forward pass per (block, position). Attribution patching (Nanda
+2023; Syed et al. 2023, "Attribution Patching Outperforms Automated Circuit Discovery")
+estimates all of it from one forward and one backward pass of the corrupted run, with a
+first-order Taylor expansion of the metric ``m`` around the corrupted hidden state ``h``:
+
+    m(patched) - m(corrupted)  ~  (h_clean - h_corrupted) . dm/dh   (at h = h_corrupted)
+
+one dot product per (block, position), normalised by ``m(clean) - m(corrupted)`` like the exact
+map. It is exact when ``m`` is linear in ``h`` along the patch, and the patches here are large:
+a different landmark's vector, not a small nudge. So it is cheap and wrong in instructive
+places, and you will measure where:
+
+* **the first blocks' subject cells** come out with the wrong sign: right after the
+  embeddings the patch swaps the landmark itself, and the attention of every later block
+  reacts to that far from linearly;
+* **the other middle blocks** give the subject a third to a half of its effect: the metric
+  saturates (the clean answer is back before the patch is "all the way in", so the slope at the
+  corrupted point misjudges the whole step);
+* **the last position in the late blocks** gets about 60 to 80% of its effect: only the final
+  norm and the unembedding remain there, and the norm divides by the vector's length, which a
+  patch this large changes.
+
+You will write:
+
+* ``attribution_patching``: the ``(n_layers, T)`` estimate, from one forward and one backward
+  pass;
+* ``compare_estimates``: the correlation with exercise 6's exact map, the sign agreement on the
+  large cells, the worst cells;
+* ``plot_estimate_against_exact``: figure 15, the estimate against the exact value, cell by cell.
+
+Shapes as in exercise 6: ``n_layers`` blocks, T tokens (the same T for both prompts).
+"""
+
+import matplotlib.pyplot as plt  # noqa: F401 - for plot_estimate_against_exact
+import torch  # noqa: F401
+
+import kata  # noqa: F401 - kata.blocks, kata.one_sequence, kata.token_id
+
+
+def attribution_patching(model, clean_ids, corrupted_ids, good_id, bad_id):
+    """The linear estimate of exercise 6's map: ``(h_clean - h_corrupted) . dm/dh``, normalised.
+
+    1. Run the clean prompt under ``torch.no_grad()``, keeping every block's output, and read
+       the clean metric (``log p(good) - log p(bad)`` at the last position).
+    2. Run the corrupted prompt *with* autograd, keeping every block's output in the graph, and
+       read its metric ``m``.
+    3. One backward pass: ``torch.autograd.grad(m, outputs)`` gives ``dm/dh`` for every block's
+       output at once, and, unlike ``m.backward()``, leaves no ``.grad`` on the model's
+       parameters (nothing else of the model changes).
+    4. Cell ``(l, p)``: ``((clean[l][p] - corrupted[l][p]) * grad[l][p]).sum()``, divided by
+       ``clean_metric - corrupted_metric`` (so that 1 means "restores the whole clean answer",
+       as in exercise 6).
+
+    Gradients are needed only for the block outputs: a forward hook on
+    ``model.get_input_embeddings()`` that returns ``output.detach().requires_grad_(True)`` starts
+    the graph there, whatever the parameters' ``requires_grad`` says. Never wrap the corrupted
+    run or the backward pass in ``torch.no_grad()``: then there is no graph to differentiate.
+
+    Returns a float32 CPU tensor ``(n_layers, T)``, detached from autograd. Every hook is removed
+    before returning, also when a forward pass raises, and no parameter of the model gets a
+    ``.grad``.
+    Raises ``ValueError`` when the prompts have different numbers of tokens, when the clean and
+    the corrupted metrics are equal, or when ``good_id`` or ``bad_id`` is not a token id.
+
+    Keep each block's whole output tensor ``(1, T, d_model)`` for the gradient: a slice of it
+    such as ``output[0]`` is a new tensor that the rest of the model never uses, so autograd
+    finds no path from it to the metric.
+
+    Hint: A first-order Taylor expansion: patching h_corrupted to h_clean changes the metric by
+    about (h_clean - h_corrupted) . dm/dh, the gradient taken on the corrupted run.
+
+    On the models: on SmolLM2, against exercise 6's exact map (300 cells): correlation 0.59; of
+    the 60 cells with |exact| > 0.2, 49 have the right sign; block 0's subject token ``iffel``
+    comes out -0.77 (exact +0.70), blocks 2 to 5 give it -0.37 to -0.03 (exact 0.81 to 0.90) and
+    blocks 6 to 22 0.16 to 0.37 (exact 0.72 to 0.83); the last position gets 0.47 to 0.66 in
+    blocks 23 to 28 (exact 0.82 to 0.91) and 0.78 at the last block (exact 1.00). On GPT-2 the
+    attribution-patching literature reports the same kind of agreement: good where the patch is
+    small, poor at the first blocks and where the metric or the final norm saturates (not
+    measured here: GPT-2 is not in this machine's cache).
+
+    Post: the post scales a block's output and reads a log-probability; here its slope is read
+    instead.
+    """
+    raise NotImplementedError
+
+
+def compare_estimates(exact, estimate, threshold=0.2, k=5):
+    """How well the estimate matches the exact map, in three numbers and a list.
+
+    ``exact``, ``estimate``: two maps of the same shape ``(n_layers, T)`` (exercise 6's
+    ``patching_effect`` and ``attribution_patching``).
+
+    Returns a dict:
+
+    * ``"correlation"``: Pearson's r over all cells, a float;
+    * ``"large_cells"``: how many cells have ``|exact| > threshold``, an int;
+    * ``"same_sign"``: how many of those the estimate gives the same sign, an int;
+    * ``"worst"``: the ``k`` cells with the largest ``|estimate - exact|``, largest first, as
+      tuples ``(block, position, exact value, estimate value)`` of ints and floats.
+
+    Raises ``ValueError`` when the two maps differ in shape or are not 2-D.
+
+    Hint: Three numbers: Pearson's r over all cells, how many cells have |exact| > threshold, and
+    how many of those the estimate gets the same sign; then the k cells with the largest |estimate -
+    exact|.
+
+    On the models: on SmolLM2, r = 0.59 and 49 of 60 large cells with the right sign; the worst
+    cells are all the subject's, in blocks 0 to 5 (block 0's ``iffel``: exact 0.70, estimate
+    -0.77).
+
+    Post: none: this is how one judges a cheap estimate against the expensive truth.
+    """
+    raise NotImplementedError
+
+
+def plot_estimate_against_exact(exact, estimate, tokens, k=5):
+    """Figure 15: every cell's estimate against its exact value, with the identity line.
+
+    ``exact``, ``estimate``: ``(n_layers, T)`` maps; ``tokens``: the T token texts. Draw one
+    point per cell (``ax.scatter``, x = exact, y = estimate), the identity line ``y = x``
+    dashed across the points' range (where a perfect estimate would lie), and label the ``k``
+    worst cells (``compare_estimates``'s ``"worst"``) with ``ax.annotate`` as
+    ``"L{block} {token}"``, e.g. ``"L0 iffel"``. Put Pearson's r in the title, and label the
+    axes "Exact (activation patching)" and "Estimate (attribution patching)".
+
+    Returns the ``matplotlib.figure.Figure``.
+
+    Hint: One point per cell, x the exact value and y the estimate; a perfect estimate lies on y =
+    x.
+
+    On the models: on SmolLM2 most points sit near 0 on both axes; the subject's cells lie far
+    below the line (0.16 to 0.37 against 0.72 to 0.83 in the middle blocks, below 0 in blocks 0
+    to 5, the worst labelled), and the late last-position cells below it too (0.47 to 0.78
+    against 0.82 to 1.00).
+
+    Post: none: a scatter of two maps of exercise 6's figure 14.
+    """
+    raise NotImplementedError

@@ -1,0 +1,335 @@
+"""Exercise 6: activation patching: where the model keeps "Paris".
+
+The post: "LLM breakdown 4/6: Transformer outputs (hidden states)", in Mike X Cohen's
+Substack series *LLM breakdown*; his notebook for it is `MLonLLMs/LLMbreakdown_4_hiddenStates.ipynb`
+in the public repository `mikexcohen/Substack`. This kata retells its demos in its own words.
+
+The post's demo 3 scales one block's output and watches one log-probability fall: a blunt
+intervention. Interpretability's standard tool for asking *where* a hidden state carries a fact
+is activation patching, also called causal tracing (Meng et al. 2022, "Locating and Editing
+Factual Associations in GPT"; Heimersheim and Nanda 2024, "How to use and interpret activation
+patching"). Two prompts of the same length differ only in the fact:
+
+* clean: "The Eiffel Tower is located in the city of" (``kata.CLEAN_PROMPT``) -> " Paris";
+* corrupted: "The Colosseum is located in the city of" (``kata.CORRUPTED_PROMPT``) -> " Rome".
+
+Run the corrupted prompt, paste in one hidden state from the clean run (the output of block
+``l`` at position ``p``), and measure how much of the clean answer comes back. The measure is
+the logit difference ``log p(" Paris") - log p(" Rome")`` at the last position, normalised so
+that 0 is the corrupted run and 1 the clean one. One number per (block, position): a map of
+where the fact lives.
+
+You will write:
+
+* ``logit_difference``: the metric, from the logits;
+* ``patch_hook``: a forward hook that replaces one position of a block's output;
+* ``patching_effect``: the map, one patched run per (block, position), every hook removed;
+* ``fast_patching_effect``: the same map from two forward passes that reuse what no patch changes;
+* ``plot_patching_effect``: figure 14, the map as a heatmap.
+
+Shapes: ``n_layers`` blocks, T tokens (the same T for both prompts), ``d_model`` numbers per
+vector. "Block ``l``'s output" is hidden state ``l + 1``: ``hidden_states[0]`` is the embeddings.
+"""
+
+import matplotlib.pyplot as plt  # for plot_patching_effect
+import torch
+
+import kata  # kata.blocks, kata.one_sequence, kata.token_id
+
+
+def logit_difference(logits, good_id, bad_id):
+    """The metric: ``log p(good) - log p(bad)`` for the token after the text.
+
+    ``logits``: the model's output logits, ``(T, vocab_size)`` for one text or
+    ``(batch, T, vocab_size)`` for a batch. Only the last position predicts the next token. The
+    log-softmax subtracts the same number from every logit of a row, so the difference of the two
+    log-probabilities is also the difference of the two raw logits; the difference of two
+    *probabilities* is a different metric.
+
+    Returns a float32 tensor: shape ``()`` for ``(T, vocab_size)`` logits, ``(batch,)`` for a
+    batch; positive when the model prefers ``good_id``.
+    Raises ``ValueError`` when ``logits`` has fewer than 2 dimensions, or when ``good_id`` or
+    ``bad_id`` is not a token id (``0 .. vocab_size - 1``).
+
+    Hint: The metric compares two next tokens, so it is read where the next token is predicted: the
+    last position.
+
+    On the models: on SmolLM2 the clean prompt gives 4.81 (" Paris" is its top token, log-prob
+    -0.35) and the corrupted one -9.06 (" Rome", -0.32).
+
+    Post: demo 3 measures one token's log-softmax; here, two tokens' difference.
+    """
+    logits = torch.as_tensor(logits)
+    if logits.dim() < 2:
+        raise ValueError(
+            f"logits must be (T, vocab_size) or (batch, T, vocab_size), got shape "
+            f"{tuple(logits.shape)}: the metric is read at the last position"
+        )
+    vocab_size = logits.shape[-1]
+    good_id = kata.token_id(good_id, vocab_size, "good_id")
+    bad_id = kata.token_id(bad_id, vocab_size, "bad_id")
+    log_probs = torch.log_softmax(logits[..., -1, :].float(), dim=-1)  # (..., vocab_size)
+    return log_probs[..., good_id] - log_probs[..., bad_id]
+
+
+def patch_hook(position, new_hidden):
+    """A forward hook that writes ``new_hidden`` into one position of a block's output.
+
+    ``position``: a token position (negative counts from the end); ``new_hidden``: the vector to
+    write there, ``(d_model,)``, e.g. the clean run's output of the same block at that position.
+    Register the result with ``block.register_forward_hook(hook)``: the hook returns the block's
+    output with ``[:, position]`` replaced in every row of the batch, every other position
+    unchanged. Like exercise 3's scaling hook it handles both output forms (a tensor
+    ``(batch, T, d_model)``, or a tuple with that tensor first) and works out of place: it
+    builds a new tensor (``clone()`` first), because the block's output is also held by the
+    tensor the model passes on, by other hooks and by any cache made from it.
+
+    Returns the hook, a function ``hook(module, inputs, output)``. When it runs, it raises
+    ``IndexError`` if the output has no such position and ``ValueError`` if ``new_hidden`` does
+    not have the output's ``d_model``. Raises ``ValueError`` at once when ``new_hidden`` is not
+    one vector.
+
+    Hint: A forward hook that returns a value replaces the block's output: return the output with
+    one position replaced, every other position as it was.
+
+    Post: demo 3's hook replaced a block's whole output; this one replaces one position.
+    """
+    new_hidden = torch.as_tensor(new_hidden)
+    if new_hidden.dim() != 1:
+        raise ValueError(
+            f"new_hidden must be one vector (d_model,), got shape {tuple(new_hidden.shape)}: "
+            "take one position of one block's output, e.g. clean[layer][position]"
+        )
+    if isinstance(position, bool) or not isinstance(position, int):
+        position = int(position)
+
+    def hook(module, inputs, output):
+        hidden = output[0] if isinstance(output, tuple) else output  # (batch, T, d_model)
+        n_tokens, d_model = hidden.shape[-2], hidden.shape[-1]
+        index = kata.token_index(position, n_tokens, "position")  # IndexError if no such token
+        if new_hidden.shape[0] != d_model:
+            raise ValueError(f"new_hidden has {new_hidden.shape[0]} numbers, but the block's "
+                             f"output has d_model = {d_model}")
+        patched = hidden.clone()  # out of place: the original output stays as it was
+        patched[:, index] = new_hidden.to(patched.device, patched.dtype)
+        return (patched, *output[1:]) if isinstance(output, tuple) else patched
+
+    return hook
+
+
+def _check_prompts(model, clean_ids, corrupted_ids, good_id, bad_id):
+    """Both prompts as ``(1, T)``, the same T, and the two ids checked."""
+    clean_ids = kata.one_sequence(clean_ids, model, "clean_ids")
+    corrupted_ids = kata.one_sequence(corrupted_ids, model, "corrupted_ids")
+    if clean_ids.shape[1] != corrupted_ids.shape[1]:
+        raise ValueError(
+            f"the clean prompt has {clean_ids.shape[1]} tokens and the corrupted one "
+            f"{corrupted_ids.shape[1]}: patching pairs position p with position p, so the two "
+            "prompts must have the same number of tokens"
+        )
+    good_id = kata.token_id(good_id, model.config.vocab_size, "good_id")
+    bad_id = kata.token_id(bad_id, model.config.vocab_size, "bad_id")
+    return clean_ids, corrupted_ids, good_id, bad_id
+
+
+def _normalised(metrics, clean, corrupted):
+    """``(metrics - corrupted) / (clean - corrupted)``, refusing a pair with nothing to restore."""
+    if abs(clean - corrupted) < 1e-6:
+        raise ValueError(
+            f"the clean and the corrupted prompts give the same metric ({clean:.4g}): there is "
+            "nothing for a patch to restore; choose prompts whose answers differ"
+        )
+    return ((metrics - corrupted) / (clean - corrupted)).float().cpu()
+
+
+def patching_effect(model, clean_ids, corrupted_ids, good_id, bad_id):
+    """The activation-patching map: how much of the clean answer each (block, position) restores.
+
+    1. Run the clean prompt once, keeping every block's output (forward hooks, under
+       ``torch.no_grad()``), and read the clean metric ``logit_difference(logits, good_id,
+       bad_id)``; read the corrupted metric from a run of the corrupted prompt.
+    2. For every block ``l`` and position ``p``: register ``patch_hook(p, clean[l][p])`` on
+       ``kata.blocks(model)[l]`` (with ``prepend=True``), run the corrupted prompt, read the
+       metric, remove the hook in a ``finally`` block, so that the model's hooks end exactly as
+       they were even when a forward pass raises.
+    3. Normalise: ``(patched - corrupted) / (clean - corrupted)``: 0 means the patch restored
+       nothing, 1 that it restored the whole clean answer.
+
+    The clean cache is the blocks' outputs: not ``output_hidden_states``, whose index 0 is the
+    embeddings (block ``l``'s output is ``hidden_states[l + 1]``), and whose last entry has the
+    final norm applied.
+
+    Returns a float32 CPU tensor ``(n_layers, T)``: row ``l`` is block ``l``, column ``p`` the
+    position.
+    Raises ``ValueError`` when the two prompts have different numbers of tokens (patching pairs
+    position with position, so never truncate one), when the clean and the corrupted metrics are
+    equal (nothing to restore), or when ``good_id`` or ``bad_id`` is not a token id.
+
+    Hint: Three runs' worth of numbers: the clean run's block outputs (the cache) and its metric,
+    the corrupted run's metric, then one corrupted run per (block, position) with one clean vector
+    pasted in.
+
+    On the models: on SmolLM2 (clean 4.81, corrupted -9.06), position 2 (``iffel`` / ``osse``)
+    restores 0.70 to 0.90 in blocks 0 to 22 and position 3 (`` Tower`` / ``um``) about 0.30; from
+    block 23 on the last position (`` of``) restores 0.82 to 0.91 (1.00 at the last block, where
+    nothing is left to change it) and `` in`` about 0.27; position 1 restores 0.23 at block 0 only,
+    and every other cell is within +-0.07. The fact sits at the subject's tokens early and moves
+    to the last position between blocks 22 and 23. For GPT-2 the literature (Meng et al. 2022)
+    reports the same pattern: the subject's last token in the early and middle blocks, the last
+    position in the late ones.
+
+    Post: demo 3 changed one block's whole output; patching changes one vector and asks what it
+    carried.
+    """
+    clean_ids, corrupted_ids, good_id, bad_id = _check_prompts(
+        model, clean_ids, corrupted_ids, good_id, bad_id)
+    model_blocks = kata.blocks(model)
+    clean_outputs, clean_logits = _run_keeping_outputs(model, clean_ids)
+    clean = logit_difference(clean_logits[0], good_id, bad_id).item()
+    with torch.no_grad():
+        corrupted = logit_difference(model(corrupted_ids).logits[0], good_id, bad_id).item()
+    n_tokens = clean_ids.shape[1]
+    metrics = torch.empty(len(model_blocks), n_tokens, dtype=torch.float64)
+    for layer, block in enumerate(model_blocks):
+        for position in range(n_tokens):
+            hook = patch_hook(position, clean_outputs[layer][0, position])
+            handle = block.register_forward_hook(hook, prepend=True)
+            try:
+                with torch.no_grad():
+                    logits = model(corrupted_ids).logits[0]
+            finally:
+                handle.remove()
+            metrics[layer, position] = logit_difference(logits, good_id, bad_id).item()
+    return _normalised(metrics, clean, corrupted)
+
+
+def _run_keeping_outputs(model, input_ids):
+    """One run under ``no_grad``: every block's output (copies) and the logits."""
+    outputs = []
+
+    def keep(module, inputs, output):
+        outputs.append((output[0] if isinstance(output, tuple) else output).clone())
+
+    handles = [block.register_forward_hook(keep) for block in kata.blocks(model)]
+    try:
+        with torch.no_grad():
+            logits = model(input_ids).logits
+    finally:
+        for handle in handles:
+            handle.remove()
+    return outputs, logits
+
+
+def fast_patching_effect(model, clean_ids, corrupted_ids, good_id, bad_id):
+    """``patching_effect``'s map from two forward passes that never repeat a computation.
+
+    Exercise 4's tricks, for patching:
+
+    1. **Rows of a batch do not interact**, so every patched run can be one row of one batch.
+    2. **Before block ``l`` a run patched at block ``l`` is still the corrupted run.** So nothing
+       is computed twice: run the clean prompt once and keep its block outputs (as in
+       ``patching_effect``), then run the corrupted prompt alone, as one row, with a forward hook
+       on every block (``prepend=True``) that appends ``T`` new rows after block ``l``: copies of
+       the corrupted row (row 0), row ``p`` with position ``p`` replaced by the clean output of
+       block ``l`` there. Block ``l`` runs on ``1 + T * l`` rows, and the batch ends with
+       ``1 + T * n_layers``. Start from one row, not from the clean and the corrupted prompt
+       side by side: transformers 4.x builds the attention mask once, for the batch the model
+       was given, and a mask made for one row fits any number of rows, one made for two does not.
+    3. **Only the last position predicts the next token**: run ``model.base_model`` (the blocks
+       and the final norm) with ``use_cache=False``, then ``model.get_output_embeddings()`` on
+       ``final[:, -1:]`` only.
+
+    Row ``1 + T * l + p`` holds the run patched at (block ``l``, position ``p``); normalise the
+    rows with the clean metric and row 0's (the corrupted run) as ``patching_effect`` does.
+
+    Returns a float32 CPU tensor ``(n_layers, T)``, equal to ``patching_effect``'s to 1e-4;
+    every hook is removed before returning, also when a forward pass raises.
+    Raises ``ValueError`` in the same cases as ``patching_effect``: prompts of different
+    lengths, nothing to restore, an id that is not a token.
+
+    Hint: As in exercise 4: a batch's rows never interact, and before block l a run patched at
+    block l is still the corrupted run.
+
+    On the models: on SmolLM2 the loop takes 300 forward passes; these two do about 40% of its
+    arithmetic (the loop re-runs every block before the patch, and unembeds every position) and
+    run at least 3 times faster.
+
+    Post: demo 3's loop, made fast as in exercise 4.
+    """
+    clean_ids, corrupted_ids, good_id, bad_id = _check_prompts(
+        model, clean_ids, corrupted_ids, good_id, bad_id)
+    clean_outputs, clean_logits = _run_keeping_outputs(model, clean_ids)
+    clean = logit_difference(clean_logits[0], good_id, bad_id).item()
+    handles = []
+    try:
+        for block, clean_output in zip(kata.blocks(model), clean_outputs):
+            hook = _append_patched_rows(clean_output[0])
+            handles.append(block.register_forward_hook(hook, prepend=True))
+        with torch.no_grad():
+            final = model.base_model(input_ids=corrupted_ids, use_cache=False).last_hidden_state
+            logits = model.get_output_embeddings()(final[:, -1:])  # (rows, 1, vocab_size)
+    finally:
+        for handle in handles:
+            handle.remove()
+    metrics = logit_difference(logits, good_id, bad_id).double()  # (1 + n_layers * T,)
+    n_tokens = clean_ids.shape[1]
+    return _normalised(metrics[1:].reshape(-1, n_tokens), clean, metrics[0].item())
+
+
+def _append_patched_rows(clean_output):
+    """A forward hook: ``(rows, T, d) -> (rows + T, T, d)``; new row ``p`` is the corrupted row
+    (row 0) with position ``p`` replaced by ``clean_output[p]`` (``clean_output``: ``(T, d)``)."""
+    n_tokens = clean_output.shape[0]
+    diagonal = torch.arange(n_tokens)
+
+    def hook(module, inputs, output):
+        hidden = output[0] if isinstance(output, tuple) else output  # (rows, T, d_model)
+        new = hidden[:1].repeat(n_tokens, 1, 1)  # T copies of the corrupted row
+        new[diagonal, diagonal] = clean_output.to(new.dtype)  # row p: the clean vector at p
+        grown = torch.cat([hidden, new])
+        return (grown, *output[1:]) if isinstance(output, tuple) else grown
+
+    return hook
+
+
+def plot_patching_effect(effect, tokens):
+    """Figure 14: the patching map as a heatmap, blocks by positions.
+
+    ``effect``: ``(n_layers, T)`` from ``patching_effect``; ``tokens``: the T token texts of the
+    prompt (``tokenizer.decode([i])`` for each id; for two prompts that differ, such as
+    ``"iffel/osse"``, any label will do). Draw ``effect`` with ``ax.imshow`` as it is (row
+    ``l`` is block ``l``, ``origin="lower"`` so the last block is at the top,
+    ``aspect="auto"``), with a diverging colormap centred on 0 (``cmap="RdBu_r"`` with
+    ``vmin=-m, vmax=m``, ``m`` the largest absolute value, at least 1): a patch that makes things
+    worse is then blue and one that restores the answer red. Label the columns with the tokens
+    (rotated 90 degrees), the rows ``"L0", "L1", ...``, the x axis "Position (token)", the y axis
+    "Block", and add a colorbar labelled with what 0 and 1 mean.
+
+    It must stay legible for 30 blocks: about 0.25 inch per block tall (and at least 4 inches,
+    so that a model of a few blocks still has room for the colorbar's label).
+
+    Returns the ``matplotlib.figure.Figure``.
+
+    Hint: One image, blocks by positions, with a colormap that is neutral at 0: restoring is one
+    colour, hurting the other.
+
+    On the models: on SmolLM2 two red stripes: the subject's token ``iffel`` from block 0 to
+    22, and the last token `` of`` from block 23 on, with fainter ones beside them (`` Tower``
+    early, `` in`` late): the classic picture of Meng et al. 2022, which shows it on GPT-2.
+
+    Post: a heatmap in the style of the post's similarity matrices (figures 7 and 8).
+    """
+    effect = torch.as_tensor(effect).detach().float().cpu()
+    n_layers, n_tokens = effect.shape
+    limit = max(1.0, float(effect.abs().max()))
+    fig, ax = plt.subplots(figsize=(2 + 0.6 * n_tokens, max(4.0, 1.5 + 0.25 * n_layers)))
+    image = ax.imshow(effect.numpy(), cmap="RdBu_r", vmin=-limit, vmax=limit, origin="lower",
+                      aspect="auto")
+    ax.set_xticks(range(n_tokens), list(tokens), rotation=90)
+    ax.set_yticks(range(n_layers), [f"L{layer}" for layer in range(n_layers)])
+    ax.set_xlabel("Position (token)")
+    ax.set_ylabel("Block")
+    ax.set_title("Clean answer restored by patching one hidden state")
+    fig.colorbar(image, ax=ax, label="restored: 0 corrupted, 1 clean")
+    fig.tight_layout()
+    return fig
