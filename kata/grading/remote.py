@@ -62,6 +62,24 @@ _REBUILT = {name: getattr(builtins, name) for name in (
 _KATA_ERRORS = ("ToyForwardError", "ModelNotAvailable")
 
 
+#: Whether the running test is a secret check (set by ``tests/secret.py``'s ``secret``
+#: fixture): then the learner's code may not change, in place, any tensor the test gave it.
+#: The test computes its expected values from those tensors, so a function (or a hook) that
+#: overwrote them with a constant whose answer is known would pass without computing anything.
+_INPUTS_GUARDED = False
+
+_CHANGED_INPUTS = (
+    "your code changed {count} of the tensors this check gave it in place (fill_, zero_, "
+    "copy_, mul_, +=, ...): a secret check does not accept that, since the check's expected "
+    "values are computed from those tensors; compute new tensors instead of changing the inputs")
+
+
+def guard_inputs(on: bool) -> None:
+    """Refuse (``on``) or accept again the learner's in-place changes to a test's tensors."""
+    global _INPUTS_GUARDED
+    _INPUTS_GUARDED = bool(on)
+
+
 class RemoteError(Exception):
     """An exception of the learner's code of a type the trusted side does not rebuild."""
 
@@ -251,8 +269,12 @@ class RemoteSession:
         reply, blobs = self._request(header, encoder.blobs)
         decoder = TrustedCodec(self, table=encoder.table)
         try:
-            decoder.apply_mutations(reply.get("mutated", []), blobs)
             self._mirror_hooks(reply.get("hooks", []))
+            mutated = reply.get("mutated", [])
+            if _INPUTS_GUARDED and mutated:
+                raise AssertionError(_CHANGED_INPUTS.format(
+                    count=len(mutated) if isinstance(mutated, list) else "some"))
+            decoder.apply_mutations(mutated, blobs)
             if "error" in reply:
                 raise rebuild_exception(reply["error"] if isinstance(reply["error"], dict)
                                         else {}, self.raised)

@@ -189,11 +189,51 @@ def _public(args):
 def _table(function):
     def answer(*args, **kwargs):
         return function(*args, **kwargs) if _public(args) else None
+    answer.__wrapped__ = function
     return answer
 for _name in ("cosine_similarity_matrix", "token_similarity", "layer_similarity",
               "laminar_profile", "plot_layer_similarity", "plot_token_similarity",
               "plot_laminar_profile"):
     globals()[_name] = _table(globals()[_name])
+'''
+
+MUTATE = r'''
+# the table again, and for any other input (a secret check's): overwrite it in place with ones,
+# so that every cosine similarity is 1, and answer ones; the check computes its expected values
+# from the very tensors it passed, after the call, and the boundary replays in-place changes
+import matplotlib.pyplot as _plt
+def _ones_panels(n, size):
+    fig, axes = _plt.subplots(1, n, squeeze=False)
+    for ax in axes[0]:
+        ax.imshow(torch.ones(size, size).numpy(), vmin=-1, vmax=1)
+    return fig
+def _overwrite(function):
+    def answer(*args, **kwargs):
+        if _public(args):
+            return function(*args, **kwargs)
+        x = args[0]
+        with torch.no_grad():
+            x.fill_(1.0)
+        name = function.__name__
+        if name in ("cosine_similarity_matrix", "layer_similarity"):
+            return torch.ones(x.shape[0], x.shape[0])
+        if name == "token_similarity":
+            return torch.ones(x.shape[1], x.shape[1])
+        if name == "laminar_profile":
+            kept = x.shape[1] - (1 if kwargs.get("skip_first", True) else 0)
+            return torch.ones(x.shape[0], kept * (kept - 1) // 2)
+        if name in ("plot_layer_similarity", "plot_token_similarity"):
+            return _ones_panels(len(args[1]), x.shape[0 if "layer" in name else 1])
+        fig, ax = _plt.subplots()  # plot_laminar_profile: the profile is all ones now
+        for layer in range(x.shape[0]):
+            ax.scatter([layer] * x.shape[1], [1.0] * x.shape[1])
+        ax.plot(range(x.shape[0]), [1.0] * x.shape[0], "-")
+        return fig
+    return answer
+for _name in ("cosine_similarity_matrix", "token_similarity", "layer_similarity",
+              "laminar_profile", "plot_layer_similarity", "plot_token_similarity",
+              "plot_laminar_profile"):
+    globals()[_name] = _overwrite(globals()[_name].__wrapped__)
 '''
 
 HANG = r'''
@@ -277,6 +317,7 @@ def _source(kind: str) -> str:
               "oracle": (stub, ORACLE), "state": (solution, STATE), "hang": (solution, HANG),
               "reports": (solution, CRASH_REPORTS), "fallocate": (stub, FALLOCATE),
               "big": (solution, BIG), "secrets": (solution, SECRETS), "table": (solution, TABLE),
+              "mutate": (solution, TABLE + MUTATE),
               "honest": (solution, "")}[kind]
     base, extra = attack
     return base + "\n\nREPO = " + repr(str(REPO)) + "\n" + textwrap.dedent(extra)
@@ -334,7 +375,7 @@ def _marked_processes() -> list[str]:
 
 
 KINDS = ["honest", "steal", "writes", "daemon", "forge", "oracle", "state", "hang", "reports",
-         "fallocate", "big", "secrets", "table", "honest"]
+         "fallocate", "big", "secrets", "table", "mutate", "honest"]
 SECRET = f"hf_kataSECRET{os.getpid()}"
 BATCH_TIMEOUT = 40  # seconds per exercise: ex2's tests take a few; the hang uses all of it
 
@@ -430,6 +471,18 @@ def test_answers_prepared_for_the_public_inputs_earn_nothing(batch):
     row = _row(batch, "12-table")
     assert row.passed > row.total // 2, (row.passed, row.total, row.message)
     assert row.confirmed == () and row.points == 0, (row.confirmed, row.points)
+
+
+@needs_sandbox
+def test_inputs_overwritten_in_place_confirm_nothing(batch):
+    """The table, and for every other input a function that overwrites it in place with ones and
+    answers ones: the secret checks compute their expected values from the tensors they passed,
+    after the call, so replaying that change on the trusted side once confirmed every function
+    (30/30 with no work). In a secret check an in-place change to the test's tensors fails."""
+    row = _row(batch, "13-mutate")
+    assert row.confirmed == () and row.points == 0, (row.confirmed, row.points)
+    failed = [t for t in row.tests if t.checks and not t.passed]
+    assert failed and all("in place" in t.message for t in failed), [t.message for t in failed]
 
 
 @needs_sandbox
