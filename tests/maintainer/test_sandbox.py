@@ -616,6 +616,22 @@ def test_the_learners_side_holds_no_answer(tmp_path):
 # --------------------------------------------------------------------------- without grading
 
 
+def test_a_fifo_named_like_an_exercise_does_not_block_the_grader(tmp_path):
+    """A submission's folder can hold a FIFO named ``ex2_cosine_similarity.py`` (a tar keeps
+    one): reading it blocked the grader's own process for ever, so the batch never ended and
+    Ctrl-C did not stop it. Only regular files are taken."""
+    folder = tmp_path / "fifo" / "exercises"
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / f"{EXERCISE.module}.py")
+    code = ("import sys; from pathlib import Path; from kata.manifest import load_manifest; "
+            "from kata.grading.submissions import exercise_files; "
+            "print(exercise_files(Path(sys.argv[1]), load_manifest())[1])")
+    done = subprocess.run([sys.executable, "-c", code, str(folder.parent)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"has no {EXERCISE.module}.py" in done.stdout, done.stdout
+
+
 def test_batch_refuses_without_a_sandbox(monkeypatch, tmp_path, capsys):
     from kata.grading import cli, sandbox
 
