@@ -59,7 +59,10 @@ _REBUILT = {name: getattr(builtins, name) for name in (
     "RecursionError", "LookupError", "ArithmeticError", "AssertionError", "NameError",
     "UnboundLocalError", "ImportError", "ModuleNotFoundError", "OSError", "FileNotFoundError",
     "PermissionError", "UnicodeError", "FloatingPointError", "SystemExit", "Exception")}
-_KATA_ERRORS = ("ToyForwardError", "ModelNotAvailable")
+#: Never ``ModelNotAvailable`` or another :class:`kata.models.EnvironmentFault`: whatever the
+#: sandbox says, the learner's code may have said it, and an environment fault there would turn
+#: the learner's failure into "the machine, not the code, failed" (the exercise's points void).
+_KATA_ERRORS = ("ToyForwardError",)
 
 
 #: Whether the running test is a secret check (set by ``tests/secret.py``'s ``secret``
@@ -91,9 +94,9 @@ def _error_class(entry: dict) -> type:
     types = [t for t in entry.get("types", []) if isinstance(t, str)]
     module = entry.get("module") if isinstance(entry.get("module"), str) else ""
     if types and types[0] in _KATA_ERRORS and module.startswith("kata."):
-        from kata import models, toys
+        from kata import toys
 
-        return getattr(toys, types[0], None) or getattr(models, types[0])
+        return getattr(toys, types[0])
     for name in types:
         if name in _REBUILT:
             base = _REBUILT[name]

@@ -236,6 +236,27 @@ for _name in ("cosine_similarity_matrix", "token_similarity", "layer_similarity"
     globals()[_name] = _overwrite(globals()[_name].__wrapped__)
 '''
 
+MACHINE = r'''
+# every function claims the grader's machine failed, with the kata's own exception for a model
+# that did not load (the sandbox's kata has it)
+from kata.models import ModelNotAvailable as _Missing
+def _machine(*args, **kwargs):
+    raise _Missing("SmolLM2 is not in the local cache: the grader's machine failed, grade again")
+for _name in ("cosine_similarity_matrix", "token_similarity", "layer_similarity",
+              "laminar_profile", "plot_layer_similarity", "plot_token_similarity",
+              "plot_laminar_profile"):
+    globals()[_name] = _machine
+'''
+
+FLOOD = r'''
+# flood the learner server's standard error (shared with its master) past the grader's tail,
+# then end: the line that said the sandbox got ready is gone from the tail
+import os as _os
+def cosine_similarity_matrix(vectors):
+    _os.write(2, (b"x" * 99 + b"\n") * 400)
+    _os._exit(1)
+'''
+
 HANG = r'''
 import os as _os, signal as _signal, sys as _sys, time as _time
 def cosine_similarity_matrix(vectors):
@@ -318,6 +339,7 @@ def _source(kind: str) -> str:
               "reports": (solution, CRASH_REPORTS), "fallocate": (stub, FALLOCATE),
               "big": (solution, BIG), "secrets": (solution, SECRETS), "table": (solution, TABLE),
               "mutate": (solution, TABLE + MUTATE),
+              "machine": (stub, MACHINE), "flood": (solution, FLOOD),
               "honest": (solution, "")}[kind]
     base, extra = attack
     return base + "\n\nREPO = " + repr(str(REPO)) + "\n" + textwrap.dedent(extra)
@@ -375,7 +397,7 @@ def _marked_processes() -> list[str]:
 
 
 KINDS = ["honest", "steal", "writes", "daemon", "forge", "oracle", "state", "hang", "reports",
-         "fallocate", "big", "secrets", "table", "mutate", "honest"]
+         "fallocate", "big", "secrets", "table", "mutate", "machine", "flood", "honest"]
 SECRET = f"hf_kataSECRET{os.getpid()}"
 BATCH_TIMEOUT = 40  # seconds per exercise: ex2's tests take a few; the hang uses all of it
 
@@ -483,6 +505,18 @@ def test_inputs_overwritten_in_place_confirm_nothing(batch):
     assert row.confirmed == () and row.points == 0, (row.confirmed, row.points)
     failed = [t for t in row.tests if t.checks and not t.passed]
     assert failed and all("in place" in t.message for t in failed), [t.message for t in failed]
+
+
+@needs_sandbox
+@pytest.mark.parametrize("name", ["14-machine", "15-flood"])
+def test_the_learners_code_cannot_blame_the_machine(batch, name):
+    """Raising the kata's ModelNotAvailable, or pushing the server's ready line out of the
+    stderr tail before a crash, made the exercise an "environment error" ("the machine, not the
+    code, failed ... grade again"): the learner's failure is its own."""
+    row = _row(batch, name)
+    assert row.status is not Status.ENVIRONMENT_ERROR and row.points == 0, (row.status,
+                                                                            row.message)
+    assert not any(t.diagnosis == "environment-fault" for t in row.tests), row.message
 
 
 @needs_sandbox
