@@ -243,10 +243,9 @@ class RemoteSession:
             self.broken = (f"the grader could not read what your code sent back ({error}); "
                            "the rest of this exercise cannot be graded")
             raise RemoteError(self.broken) from None
-        if "machine_fault" in reply:
-            from kata.models import EnvironmentFault
-
-            raise EnvironmentFault(str(reply["machine_fault"])[:500])
+        # No reply can say "the machine failed": whatever an exercise's process says may be the
+        # learner's code speaking. A model that does not load stops the sandbox before it is
+        # ready (kata.remote.server.Models.preload), which the runner reports as the machine's.
         if "fault" in reply:
             raise RemoteError(f"your code's process could not answer the grader: "
                               f"{str(reply['fault'])[:300]}")

@@ -248,6 +248,27 @@ for _name in ("cosine_similarity_matrix", "token_similarity", "layer_similarity"
     globals()[_name] = _machine
 '''
 
+SERVE = r'''
+# at import, find the sandbox server's object for this exercise on the stack and answer every
+# call with "a model did not load here" (the protocol once had such a reply)
+import sys as _sys
+def _forge():
+    frame = _sys._getframe(1)
+    while frame is not None:
+        candidate = frame.f_locals.get("self")
+        if type(candidate).__name__ == "Exercise" and hasattr(candidate, "serve"):
+            original = candidate.serve
+            def serve(message, blobs):
+                if message.get("op") == "call":
+                    return {"machine_fault": "loading the model tiny-gpt2 in the grader's "
+                                             "sandbox failed: OSError: [Errno 5] I/O error"}, []
+                return original(message, blobs)
+            candidate.serve = serve
+            return
+        frame = frame.f_back
+_forge()
+'''
+
 FLOOD = r'''
 # flood the learner server's standard error (shared with its master) past the grader's tail,
 # then end: the line that said the sandbox got ready is gone from the tail
@@ -339,7 +360,7 @@ def _source(kind: str) -> str:
               "reports": (solution, CRASH_REPORTS), "fallocate": (stub, FALLOCATE),
               "big": (solution, BIG), "secrets": (solution, SECRETS), "table": (solution, TABLE),
               "mutate": (solution, TABLE + MUTATE),
-              "machine": (stub, MACHINE), "flood": (solution, FLOOD),
+              "machine": (stub, MACHINE), "flood": (solution, FLOOD), "serve": (stub, SERVE),
               "honest": (solution, "")}[kind]
     base, extra = attack
     return base + "\n\nREPO = " + repr(str(REPO)) + "\n" + textwrap.dedent(extra)
@@ -397,7 +418,7 @@ def _marked_processes() -> list[str]:
 
 
 KINDS = ["honest", "steal", "writes", "daemon", "forge", "oracle", "state", "hang", "reports",
-         "fallocate", "big", "secrets", "table", "mutate", "machine", "flood", "honest"]
+         "fallocate", "big", "secrets", "table", "mutate", "machine", "flood", "serve", "honest"]
 SECRET = f"hf_kataSECRET{os.getpid()}"
 BATCH_TIMEOUT = 40  # seconds per exercise: ex2's tests take a few; the hang uses all of it
 
@@ -508,11 +529,12 @@ def test_inputs_overwritten_in_place_confirm_nothing(batch):
 
 
 @needs_sandbox
-@pytest.mark.parametrize("name", ["14-machine", "15-flood"])
+@pytest.mark.parametrize("name", ["14-machine", "15-flood", "16-serve"])
 def test_the_learners_code_cannot_blame_the_machine(batch, name):
-    """Raising the kata's ModelNotAvailable, or pushing the server's ready line out of the
-    stderr tail before a crash, made the exercise an "environment error" ("the machine, not the
-    code, failed ... grade again"): the learner's failure is its own."""
+    """Raising the kata's ModelNotAvailable, pushing the server's ready line out of the stderr
+    tail before a crash, or answering calls with a reply that says a model did not load, made
+    the exercise an "environment error" ("the machine, not the code, failed ... grade again"):
+    the learner's failure is its own."""
     row = _row(batch, name)
     assert row.status is not Status.ENVIRONMENT_ERROR and row.points == 0, (row.status,
                                                                             row.message)
