@@ -168,8 +168,21 @@ def secret_check(*functions: str):
 
 @pytest.fixture
 def secret(request) -> SecretInputs:
-    """The secret check's inputs (import it into a test module with ``secret_check``)."""
-    return SecretInputs(test_seed(request.node.nodeid))
+    """The secret check's inputs (import it into a test module with ``secret_check``).
+
+    Under the grader the learner's code may not change these inputs in place: the check computes
+    its expected values from them after the call, so overwriting them with a constant whose
+    answer is known would pass it (:func:`kata.grading.remote.guard_inputs`)."""
+    guarded = bool(request.config.getoption("--kata-remote", None))
+    if guarded:
+        from kata.grading.remote import guard_inputs
+
+        guard_inputs(True)
+    try:
+        yield SecretInputs(test_seed(request.node.nodeid))
+    finally:
+        if guarded:
+            guard_inputs(False)
 
 
 def repeat_hint() -> str:

@@ -115,6 +115,7 @@ class LearnerServer:
     def __init__(self, process: subprocess.Popen):
         self.process = process
         self._tail = bytearray()
+        self.ready = False  # it said LEARNER_READY (before any learner file ran)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -124,11 +125,23 @@ class LearnerServer:
             chunk = stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536)
             if not chunk:
                 return
+            if not self.ready:
+                from .runner import LEARNER_READY
+
+                self.ready = LEARNER_READY.encode() in bytes(self._tail[-64:]) + chunk
             self._tail += chunk
             del self._tail[:-STDERR_TAIL]
 
     def stderr(self) -> str:
-        return bytes(self._tail).decode("utf-8", errors="replace")
+        """The tail of its standard error, which still says it got ready when it did: the
+        learner's code shares that stream and could push the line out of the tail with a flood,
+        and a crash before it is the sandbox's fault, not the learner's."""
+        from .runner import LEARNER_READY
+
+        text = bytes(self._tail).decode("utf-8", errors="replace")
+        if self.ready and LEARNER_READY not in text:
+            text = f"{LEARNER_READY}\n{text}"
+        return text
 
     def kill(self) -> None:
         from .runner import kill_group

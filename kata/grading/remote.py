@@ -59,7 +59,28 @@ _REBUILT = {name: getattr(builtins, name) for name in (
     "RecursionError", "LookupError", "ArithmeticError", "AssertionError", "NameError",
     "UnboundLocalError", "ImportError", "ModuleNotFoundError", "OSError", "FileNotFoundError",
     "PermissionError", "UnicodeError", "FloatingPointError", "SystemExit", "Exception")}
-_KATA_ERRORS = ("ToyForwardError", "ModelNotAvailable")
+#: Never ``ModelNotAvailable`` or another :class:`kata.models.EnvironmentFault`: whatever the
+#: sandbox says, the learner's code may have said it, and an environment fault there would turn
+#: the learner's failure into "the machine, not the code, failed" (the exercise's points void).
+_KATA_ERRORS = ("ToyForwardError",)
+
+
+#: Whether the running test is a secret check (set by ``tests/secret.py``'s ``secret``
+#: fixture): then the learner's code may not change, in place, any tensor the test gave it.
+#: The test computes its expected values from those tensors, so a function (or a hook) that
+#: overwrote them with a constant whose answer is known would pass without computing anything.
+_INPUTS_GUARDED = False
+
+_CHANGED_INPUTS = (
+    "your code changed {count} of the tensors this check gave it in place (fill_, zero_, "
+    "copy_, mul_, +=, ...): a secret check does not accept that, since the check's expected "
+    "values are computed from those tensors; compute new tensors instead of changing the inputs")
+
+
+def guard_inputs(on: bool) -> None:
+    """Refuse (``on``) or accept again the learner's in-place changes to a test's tensors."""
+    global _INPUTS_GUARDED
+    _INPUTS_GUARDED = bool(on)
 
 
 class RemoteError(Exception):
@@ -73,9 +94,9 @@ def _error_class(entry: dict) -> type:
     types = [t for t in entry.get("types", []) if isinstance(t, str)]
     module = entry.get("module") if isinstance(entry.get("module"), str) else ""
     if types and types[0] in _KATA_ERRORS and module.startswith("kata."):
-        from kata import models, toys
+        from kata import toys
 
-        return getattr(toys, types[0], None) or getattr(models, types[0])
+        return getattr(toys, types[0])
     for name in types:
         if name in _REBUILT:
             base = _REBUILT[name]
@@ -222,10 +243,9 @@ class RemoteSession:
             self.broken = (f"the grader could not read what your code sent back ({error}); "
                            "the rest of this exercise cannot be graded")
             raise RemoteError(self.broken) from None
-        if "machine_fault" in reply:
-            from kata.models import EnvironmentFault
-
-            raise EnvironmentFault(str(reply["machine_fault"])[:500])
+        # No reply can say "the machine failed": whatever an exercise's process says may be the
+        # learner's code speaking. A model that does not load stops the sandbox before it is
+        # ready (kata.remote.server.Models.preload), which the runner reports as the machine's.
         if "fault" in reply:
             raise RemoteError(f"your code's process could not answer the grader: "
                               f"{str(reply['fault'])[:300]}")
@@ -251,8 +271,12 @@ class RemoteSession:
         reply, blobs = self._request(header, encoder.blobs)
         decoder = TrustedCodec(self, table=encoder.table)
         try:
-            decoder.apply_mutations(reply.get("mutated", []), blobs)
             self._mirror_hooks(reply.get("hooks", []))
+            mutated = reply.get("mutated", [])
+            if _INPUTS_GUARDED and mutated:
+                raise AssertionError(_CHANGED_INPUTS.format(
+                    count=len(mutated) if isinstance(mutated, list) else "some"))
+            decoder.apply_mutations(mutated, blobs)
             if "error" in reply:
                 raise rebuild_exception(reply["error"] if isinstance(reply["error"], dict)
                                         else {}, self.raised)

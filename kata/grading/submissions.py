@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 import time
 import traceback
@@ -103,9 +104,15 @@ def _folder_listing(folder: Path) -> dict[str, tuple[int, Callable[[], bytes]]]:
             and not (here / d).is_symlink()]
         for name in files:
             path = here / name
-            if name.endswith(".py") and not path.is_symlink():
+            try:
+                info = path.lstat()
+            except OSError:
+                continue
+            # a regular file only: reading a FIFO (or a device) a submission ships would block
+            # the grader's own process forever, and with it the whole batch
+            if name.endswith(".py") and stat.S_ISREG(info.st_mode):
                 relative = path.relative_to(folder).as_posix()
-                listing[relative] = (path.stat().st_size, path.read_bytes)
+                listing[relative] = (info.st_size, path.read_bytes)
     return listing
 
 

@@ -48,7 +48,8 @@ MAX_MESSAGE_CHARS = 4000
 
 
 class MachineFault(Exception):
-    """A session model did not load here: the machine's fault, never the learner's."""
+    """A session model did not load here: the machine's fault, never the learner's (raised only
+    by the server's master, before it is ready, see :meth:`Models.preload`)."""
 
 
 class CallbackError(Exception):
@@ -107,11 +108,12 @@ class Models:
             self._tokenizers[id(tokenizer)] = name
 
     def preload(self) -> None:
+        """Load every session model, before any learner file runs. A model that does not load
+        is the machine's fault, and only this moment can say so truthfully: the server then
+        stops before it says it is ready, and the grader reports a sandbox that did not start.
+        (Later, any reply from an exercise's child may be the learner's code speaking.)"""
         for name in SESSION_MODEL_NAMES:
-            try:
-                self.load(name)
-            except Exception:  # noqa: BLE001 - the tests that need it say why it is missing
-                pass
+            self.load(name)
 
     def module(self, name: str, path: str):
         if name not in SESSION_MODEL_NAMES:
@@ -174,8 +176,6 @@ class Exercise:
         trusted side treats it as what it is: the exercise cannot be graded further)."""
         try:
             return self._serve(message, blobs)
-        except MachineFault as error:
-            return {"machine_fault": str(error)[:500]}, []
         except FrameError as error:
             return {"fault": str(error)[:500]}, []
         except Exception as error:  # noqa: BLE001 - e.g. a value the trusted side sent that
@@ -555,7 +555,11 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.root)
     sys.path.insert(0, str(root))
     models = Models()
-    models.preload()
+    try:
+        models.preload()
+    except MachineFault as error:  # before the ready line: the grader blames the machine
+        sys.stderr.write(f"kata-learner-failed: {error}\n")
+        return 1
     _no_dumping()
     sys.stderr.write("kata-learner-ready\n")  # kata.grading.runner.LEARNER_READY
     sys.stderr.flush()

@@ -189,11 +189,93 @@ def _public(args):
 def _table(function):
     def answer(*args, **kwargs):
         return function(*args, **kwargs) if _public(args) else None
+    answer.__wrapped__ = function
     return answer
 for _name in ("cosine_similarity_matrix", "token_similarity", "layer_similarity",
               "laminar_profile", "plot_layer_similarity", "plot_token_similarity",
               "plot_laminar_profile"):
     globals()[_name] = _table(globals()[_name])
+'''
+
+MUTATE = r'''
+# the table again, and for any other input (a secret check's): overwrite it in place with ones,
+# so that every cosine similarity is 1, and answer ones; the check computes its expected values
+# from the very tensors it passed, after the call, and the boundary replays in-place changes
+import matplotlib.pyplot as _plt
+def _ones_panels(n, size):
+    fig, axes = _plt.subplots(1, n, squeeze=False)
+    for ax in axes[0]:
+        ax.imshow(torch.ones(size, size).numpy(), vmin=-1, vmax=1)
+    return fig
+def _overwrite(function):
+    def answer(*args, **kwargs):
+        if _public(args):
+            return function(*args, **kwargs)
+        x = args[0]
+        with torch.no_grad():
+            x.fill_(1.0)
+        name = function.__name__
+        if name in ("cosine_similarity_matrix", "layer_similarity"):
+            return torch.ones(x.shape[0], x.shape[0])
+        if name == "token_similarity":
+            return torch.ones(x.shape[1], x.shape[1])
+        if name == "laminar_profile":
+            kept = x.shape[1] - (1 if kwargs.get("skip_first", True) else 0)
+            return torch.ones(x.shape[0], kept * (kept - 1) // 2)
+        if name in ("plot_layer_similarity", "plot_token_similarity"):
+            return _ones_panels(len(args[1]), x.shape[0 if "layer" in name else 1])
+        fig, ax = _plt.subplots()  # plot_laminar_profile: the profile is all ones now
+        for layer in range(x.shape[0]):
+            ax.scatter([layer] * x.shape[1], [1.0] * x.shape[1])
+        ax.plot(range(x.shape[0]), [1.0] * x.shape[0], "-")
+        return fig
+    return answer
+for _name in ("cosine_similarity_matrix", "token_similarity", "layer_similarity",
+              "laminar_profile", "plot_layer_similarity", "plot_token_similarity",
+              "plot_laminar_profile"):
+    globals()[_name] = _overwrite(globals()[_name].__wrapped__)
+'''
+
+MACHINE = r'''
+# every function claims the grader's machine failed, with the kata's own exception for a model
+# that did not load (the sandbox's kata has it)
+from kata.models import ModelNotAvailable as _Missing
+def _machine(*args, **kwargs):
+    raise _Missing("SmolLM2 is not in the local cache: the grader's machine failed, grade again")
+for _name in ("cosine_similarity_matrix", "token_similarity", "layer_similarity",
+              "laminar_profile", "plot_layer_similarity", "plot_token_similarity",
+              "plot_laminar_profile"):
+    globals()[_name] = _machine
+'''
+
+SERVE = r'''
+# at import, find the sandbox server's object for this exercise on the stack and answer every
+# call with "a model did not load here" (the protocol once had such a reply)
+import sys as _sys
+def _forge():
+    frame = _sys._getframe(1)
+    while frame is not None:
+        candidate = frame.f_locals.get("self")
+        if type(candidate).__name__ == "Exercise" and hasattr(candidate, "serve"):
+            original = candidate.serve
+            def serve(message, blobs):
+                if message.get("op") == "call":
+                    return {"machine_fault": "loading the model tiny-gpt2 in the grader's "
+                                             "sandbox failed: OSError: [Errno 5] I/O error"}, []
+                return original(message, blobs)
+            candidate.serve = serve
+            return
+        frame = frame.f_back
+_forge()
+'''
+
+FLOOD = r'''
+# flood the learner server's standard error (shared with its master) past the grader's tail,
+# then end: the line that said the sandbox got ready is gone from the tail
+import os as _os
+def cosine_similarity_matrix(vectors):
+    _os.write(2, (b"x" * 99 + b"\n") * 400)
+    _os._exit(1)
 '''
 
 HANG = r'''
@@ -277,6 +359,8 @@ def _source(kind: str) -> str:
               "oracle": (stub, ORACLE), "state": (solution, STATE), "hang": (solution, HANG),
               "reports": (solution, CRASH_REPORTS), "fallocate": (stub, FALLOCATE),
               "big": (solution, BIG), "secrets": (solution, SECRETS), "table": (solution, TABLE),
+              "mutate": (solution, TABLE + MUTATE),
+              "machine": (stub, MACHINE), "flood": (solution, FLOOD), "serve": (stub, SERVE),
               "honest": (solution, "")}[kind]
     base, extra = attack
     return base + "\n\nREPO = " + repr(str(REPO)) + "\n" + textwrap.dedent(extra)
@@ -334,7 +418,7 @@ def _marked_processes() -> list[str]:
 
 
 KINDS = ["honest", "steal", "writes", "daemon", "forge", "oracle", "state", "hang", "reports",
-         "fallocate", "big", "secrets", "table", "honest"]
+         "fallocate", "big", "secrets", "table", "mutate", "machine", "flood", "serve", "honest"]
 SECRET = f"hf_kataSECRET{os.getpid()}"
 BATCH_TIMEOUT = 40  # seconds per exercise: ex2's tests take a few; the hang uses all of it
 
@@ -430,6 +514,31 @@ def test_answers_prepared_for_the_public_inputs_earn_nothing(batch):
     row = _row(batch, "12-table")
     assert row.passed > row.total // 2, (row.passed, row.total, row.message)
     assert row.confirmed == () and row.points == 0, (row.confirmed, row.points)
+
+
+@needs_sandbox
+def test_inputs_overwritten_in_place_confirm_nothing(batch):
+    """The table, and for every other input a function that overwrites it in place with ones and
+    answers ones: the secret checks compute their expected values from the tensors they passed,
+    after the call, so replaying that change on the trusted side once confirmed every function
+    (30/30 with no work). In a secret check an in-place change to the test's tensors fails."""
+    row = _row(batch, "13-mutate")
+    assert row.confirmed == () and row.points == 0, (row.confirmed, row.points)
+    failed = [t for t in row.tests if t.checks and not t.passed]
+    assert failed and all("in place" in t.message for t in failed), [t.message for t in failed]
+
+
+@needs_sandbox
+@pytest.mark.parametrize("name", ["14-machine", "15-flood", "16-serve"])
+def test_the_learners_code_cannot_blame_the_machine(batch, name):
+    """Raising the kata's ModelNotAvailable, pushing the server's ready line out of the stderr
+    tail before a crash, or answering calls with a reply that says a model did not load, made
+    the exercise an "environment error" ("the machine, not the code, failed ... grade again"):
+    the learner's failure is its own."""
+    row = _row(batch, name)
+    assert row.status is not Status.ENVIRONMENT_ERROR and row.points == 0, (row.status,
+                                                                            row.message)
+    assert not any(t.diagnosis == "environment-fault" for t in row.tests), row.message
 
 
 @needs_sandbox
@@ -561,6 +670,22 @@ def test_the_learners_side_holds_no_answer(tmp_path):
 
 
 # --------------------------------------------------------------------------- without grading
+
+
+def test_a_fifo_named_like_an_exercise_does_not_block_the_grader(tmp_path):
+    """A submission's folder can hold a FIFO named ``ex2_cosine_similarity.py`` (a tar keeps
+    one): reading it blocked the grader's own process for ever, so the batch never ended and
+    Ctrl-C did not stop it. Only regular files are taken."""
+    folder = tmp_path / "fifo" / "exercises"
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / f"{EXERCISE.module}.py")
+    code = ("import sys; from pathlib import Path; from kata.manifest import load_manifest; "
+            "from kata.grading.submissions import exercise_files; "
+            "print(exercise_files(Path(sys.argv[1]), load_manifest())[1])")
+    done = subprocess.run([sys.executable, "-c", code, str(folder.parent)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"has no {EXERCISE.module}.py" in done.stdout, done.stdout
 
 
 def test_batch_refuses_without_a_sandbox(monkeypatch, tmp_path, capsys):
