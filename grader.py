@@ -1,8 +1,10 @@
-"""Grade the hidden-states kata: ``python grader.py [status|hint|watch|figures|reset]`` (learners)
-or ``python grader.py batch SUBMISSIONS...`` (instructors).
+"""The hidden-states kata's one command line: ``python grader.py [COMMAND] [ARGUMENTS]``.
 
-Run ``python grader.py --help`` (or ``python grader.py COMMAND --help``) for every option; the
-work is done in ``kata/grading/``.
+Learners grade and get hints (``status``, ``hint``, ``watch``, ``figures``, ``reset``, ``check``),
+instructors grade a class (``batch``, ``classroom``, ``gradescope-bundle``), maintainers
+regenerate what is generated (``stubs``, ``notebooks``, ``readme-table``). Run
+``python grader.py --help`` for every command, ``python grader.py COMMAND --help`` for its
+options; the commands are parsed in ``kata/grading/cli.py`` and done in ``kata/``.
 """
 
 import sys

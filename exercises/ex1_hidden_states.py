@@ -1,5 +1,5 @@
 # Your exercise file: replace each `raise NotImplementedError` with your code.
-# Generated from solutions/ex1_hidden_states.py by `python -m kata.stubs`.
+# Generated from solutions/ex1_hidden_states.py by `python grader.py stubs`.
 # (Maintainers: edit the solution and regenerate, not this file.)
 """Exercise 1: extracting and inspecting hidden states.
 

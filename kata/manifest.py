@@ -238,8 +238,12 @@ def exercise_for_test_file(path: str | Path, root: Path) -> Exercise | None:
 
 # --------------------------------------------------------------------------- the README's table
 
-README_TABLE_START = "<!-- exercises-table: generated from kata/exercises.toml by `python -m kata.manifest` -->"
+#: The README's table sits between these two lines; ``python grader.py readme-table`` rewrites
+#: it (and the first line, which may still name the command of before).
+README_TABLE_START = ("<!-- exercises-table: generated from kata/exercises.toml by "
+                     "`python grader.py readme-table` -->")
 README_TABLE_END = "<!-- end exercises-table -->"
+_README_TABLE_MARK = "<!-- exercises-table"
 
 
 def readme_table(exercises: list[Exercise] | None = None) -> str:
@@ -252,15 +256,22 @@ def readme_table(exercises: list[Exercise] | None = None) -> str:
     return "\n".join(rows)
 
 
-def update_readme(readme: Path) -> None:
+def update_readme(readme: Path, check_only: bool = False) -> bool:
+    """Rewrite ``readme``'s exercise table from the manifest (with ``check_only``, write
+    nothing); True when it was (or would be) changed."""
     text = readme.read_text(encoding="utf-8")
-    start, end = text.index(README_TABLE_START), text.index(README_TABLE_END)
-    readme.write_text(
-        text[: start + len(README_TABLE_START)] + "\n" + readme_table() + "\n" + text[end:],
-        encoding="utf-8",
-    )
+    start, end = text.index(_README_TABLE_MARK), text.index(README_TABLE_END)
+    wanted = f"{text[:start]}{README_TABLE_START}\n{readme_table()}\n{text[end:]}"
+    if wanted == text:
+        return False
+    if not check_only:
+        readme.write_text(wanted, encoding="utf-8")
+    return True
 
 
-if __name__ == "__main__":  # python -m kata.manifest: rewrite the README's exercise table
-    update_readme(MANIFEST_PATH.parents[1] / "README.md")
-    print(readme_table())
+if __name__ == "__main__":  # the old form of `python grader.py readme-table`
+    import sys
+
+    from kata.grading.cli import run_old_form
+
+    sys.exit(run_old_form("kata.manifest"))

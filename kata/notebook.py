@@ -1,4 +1,4 @@
-"""Helpers for the kata's notebooks (``notebooks/exN_*.ipynb``), and the command that builds them.
+"""Helpers for the kata's notebooks (``notebooks/exN_*.ipynb``), and their build.
 
 The notebooks are a second front end to the same exercises: the learner still writes the
 functions in ``exercises/``, and the tests stay the judge. A notebook calls
@@ -21,15 +21,15 @@ functions in ``exercises/``, and the tests stay the judge. A notebook calls
 The notebooks' sources are ``notebooks/src/exN_*.py`` in jupytext's percent format; the
 ``.ipynb`` files are generated from them, without outputs. Their common set-up cell has one
 source, ``notebooks/src/_setup.py``: a source marks where it goes with a code cell tagged
-``setup`` holding only the marker line (:data:`SETUP_MARKER`), and the build puts it there::
+``setup`` holding only the marker line (:data:`SETUP_MARKER`), and the build (:func:`build`)
+puts it there. Its command line is :mod:`kata.grading.cli`'s::
 
-    python -m kata.notebook build          # write notebooks/exN_*.ipynb
-    python -m kata.notebook build --check  # exit 1 if a notebook is stale
+    python grader.py notebooks          # write notebooks/exN_*.ipynb
+    python grader.py notebooks --check  # exit 1 if a notebook is stale
 """
 
 from __future__ import annotations
 
-import argparse
 import ast
 import functools
 import html
@@ -582,7 +582,7 @@ def notebook_json(source: Path) -> str:
                        "name": "python3"},
         "language_info": {"name": "python"},
         "kata": {"source": source.relative_to(ROOT).as_posix(),
-                 "generated_by": "python -m kata.notebook build"},
+                 "generated_by": "python grader.py notebooks"},
     }
     for index, cell in enumerate(source_cells(source)):
         make = nbformat.v4.new_markdown_cell if cell["type"] == "markdown" else \
@@ -614,22 +614,7 @@ def build(check_only: bool = False) -> list[Path]:
     return stale
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kata.notebook",
-                                     description="Build notebooks/*.ipynb from notebooks/src/.")
-    parser.add_argument("command", choices=["build"])
-    parser.add_argument("--check", action="store_true",
-                        help="write nothing; exit 1 if a notebook differs from its source")
-    args = parser.parse_args(argv)
-    stale = build(check_only=args.check)
-    for notebook in stale:
-        relative = notebook.relative_to(ROOT)
-        print(f"{relative} is stale: run python -m kata.notebook build" if args.check
-              else f"wrote {relative}")
-    if not stale:
-        print(f"{len(targets())} notebooks up to date")
-    return 1 if (args.check and stale) else 0
+if __name__ == "__main__":  # the old form of `python grader.py notebooks`
+    from kata.grading.cli import run_old_form
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_old_form("kata.notebook"))

@@ -2,14 +2,19 @@
 that an environment meets them.
 
 ``pyproject.toml`` declares a floor for every direct dependency; CI's floors leg installs exactly
-those floors (``python kata/requirements.py --floors`` prints them as pins, with the standard
-library only, so set-up can ask before anything is installed) and its newest leg the
-newest releases, so the declared ranges are the tested ones. Importing ``kata`` below a floor stops
-with one sentence naming the package, the version found, the version needed and the install
-command, instead of a traceback from deep inside a model conversion::
+those floors and its newest leg the newest releases, so the declared ranges are the tested ones.
+Importing ``kata`` below a floor stops with one sentence naming the package, the version found,
+the version needed and the install command, instead of a traceback from deep inside a model
+conversion::
 
-    python kata/requirements.py            # check this environment
-    python kata/requirements.py --floors  # 'transformers==4.57' ... one pin per line
+    python grader.py requirements            # check this environment
+    python grader.py requirements --floors   # 'transformers==4.57' ... one pin per line
+
+This module keeps a command line of its own, the one exception among the kata's commands:
+``run.sh`` runs ``python3 kata/requirements.py --floors`` with the system Python before
+anything is installed, and ``grader.py`` cannot start there (importing ``kata`` imports torch),
+so this file runs on the standard library alone; ``python kata/requirements.py`` (without
+``--floors``) checks the environment as ``grader.py requirements`` does.
 """
 
 from __future__ import annotations
@@ -92,20 +97,31 @@ def check() -> None:
         raise UnsupportedVersion("; ".join(found))
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if args == ["--floors"]:
-        print("\n".join(floor_pins()))
-        return 0
-    if args:
-        print("usage: python kata/requirements.py [--floors]", file=sys.stderr)
-        return 2
+def print_floors() -> int:
+    """Print :func:`floor_pins`, one a line (what CI's floors leg installs)."""
+    print("\n".join(floor_pins()))
+    return 0
+
+
+def report() -> int:
+    """Print every dependency outside its declared range (exit status 1), or that all are in."""
     found = problems()
     for sentence in found:
         print(sentence, file=sys.stderr)
     if not found:
         print("kata: every dependency is within its declared range")
     return 1 if found else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python kata/requirements.py [--floors]``: standard library only (see above)."""
+    args = sys.argv[1:] if argv is None else argv
+    if args == ["--floors"]:
+        return print_floors()
+    if args:
+        print("usage: python kata/requirements.py [--floors]", file=sys.stderr)
+        return 2
+    return report()
 
 
 if __name__ == "__main__":

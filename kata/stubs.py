@@ -1,6 +1,6 @@
 """Writes the learners' stubs in ``exercises/`` from the reference answers in ``solutions/``.
 
-Each exercise is written once, as its solution; ``python -m kata.stubs`` derives the stub:
+Each exercise is written once, as its solution; ``python grader.py stubs`` derives the stub:
 
 - the module docstring, the imports and the module-level constants are copied (an import the
   stub no longer uses gets ``# noqa: F401``, followed by the import line's own comment);
@@ -14,13 +14,13 @@ Each exercise is written once, as its solution; ``python -m kata.stubs`` derives
   goes with it.
 
 Lines are copied from the solution as they are (comments and layout included); ``ast`` only
-says where each statement starts and ends. ``python -m kata.stubs --check`` writes nothing and
-exits 1, naming the stale stubs, when a stub differs from what its solution gives.
+says where each statement starts and ends. ``python grader.py stubs --check`` writes nothing and
+exits 1, naming the stale stubs, when a stub differs from what its solution gives (the command
+line is :mod:`kata.grading.cli`'s; this module only generates).
 """
 
 from __future__ import annotations
 
-import argparse
 import ast
 import re
 import sys
@@ -36,7 +36,7 @@ def header(solution: str) -> str:
     """The comment on top of every generated stub."""
     return (
         f"# Your exercise file: replace each `{STUB_BODY}` with your code.\n"
-        f"# Generated from {solution} by `python -m kata.stubs`.\n"
+        f"# Generated from {solution} by `python grader.py stubs`.\n"
         "# (Maintainers: edit the solution and regenerate, not this file.)\n"
     )
 
@@ -171,28 +171,7 @@ def write_stubs(root: Path = ROOT) -> list[Path]:
     return written
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m kata.stubs",
-        description="Write exercises/exN_*.py (the learners' stubs) from solutions/exN_*.py.")
-    parser.add_argument("--check", action="store_true",
-                        help="write nothing; exit 1 and name the stubs that are out of date")
-    parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    try:
-        if args.check:
-            out_of_date = stale(args.root)
-            for path in out_of_date:
-                print(f"stale: {path.relative_to(args.root).as_posix()} "
-                      "(run `python -m kata.stubs`)")
-            return 1 if out_of_date else 0
-        for path in write_stubs(args.root):
-            print(f"wrote {path.relative_to(args.root).as_posix()}")
-    except (StubError, SyntaxError) as error:
-        print(f"python -m kata.stubs: {error}", file=sys.stderr)
-        return 2
-    return 0
+if __name__ == "__main__":  # the old form of `python grader.py stubs`
+    from kata.grading.cli import run_old_form
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_old_form("kata.stubs"))

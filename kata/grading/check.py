@@ -4,21 +4,21 @@ This is what a pass/fail autograder step runs per exercise (a command grader giv
 points when the command exits 0; the kata's own Classroom workflow gives partial credit per test
 instead, with :func:`grade_exercise` underneath, see :mod:`kata.grading.classroom`)::
 
-    python -m kata.grading.check 2          # exercise 2 of the learner's exercises/
+    python grader.py check 2          # exercise 2 of the learner's exercises/
 
 It grades the learner's ``exercises/`` where they are, with the grader's runner (time limit,
 crash and memory handling), and prints the exercise's row, its first failure and a hint. It only
 needs the kata's ``kata/``, ``tests/`` and ``exercises/``: never ``solutions/``, so it runs in a
-template repository that does not ship them. Exit status 2: the command line was wrong.
+template repository that does not ship them. Exit status 2: the command line was wrong (it is
+:mod:`kata.grading.cli`'s).
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-from kata.manifest import IMPLEMENTATIONS, load_manifest
+from kata.manifest import load_manifest
 
 from . import learner, reports
 from .records import SubmissionResult
@@ -50,27 +50,7 @@ def check_exercise(number: int | str, root: Path | None = None, impl: str = "exe
     return 0 if row.done else 1
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m kata.grading.check",
-        description="Grade one exercise; exit status 0 when it is done, 1 when it is not.")
-    parser.add_argument("exercise", help="the exercise: 2 or ex2")
-    parser.add_argument("--impl", choices=IMPLEMENTATIONS, default="exercises",
-                        help="the code to check (default: the learner's exercises/)")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
-                        help=f"wall-clock limit for the exercise's tests (default "
-                             f"{DEFAULT_TIMEOUT:g})")
-    parser.add_argument("--root", type=Path, default=None,
-                        help="the kata folder (default: the one this module is in)")
-    args = parser.parse_args(argv)
-    try:
-        return check_exercise(args.exercise, args.root, args.impl, args.timeout)
-    except SystemExit as error:  # find_exercise: no such exercise
-        if isinstance(error.code, str):
-            print(error.code, file=sys.stderr)
-            return 2
-        raise
+if __name__ == "__main__":  # the old form of `python grader.py check`
+    from kata.grading.cli import run_old_form
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_old_form("kata.grading.check"))

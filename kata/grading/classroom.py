@@ -1,19 +1,18 @@
 """GitHub Classroom: the autograding workflow of a template repository made from this kata.
 
-``grader.py classroom DIR`` (or ``python -m kata.grading.classroom DIR``) writes
-``DIR/.github/workflows/classroom.yml``, the workflow GitHub Classroom runs on every push of a
-learner's repository:
+``python grader.py classroom DIR`` writes ``DIR/.github/workflows/classroom.yml``, the workflow
+GitHub Classroom runs on every push of a learner's repository:
 
 * ``actions/setup-python`` with its pip cache, then ``actions/cache`` of the kata's virtual
   environment (``.venv``: CPU torch, the kata, SmolLM2) and of the converted model
   (``~/.cache/kata``), keyed on the Python version and ``pyproject.toml``: only the first push
   installs torch and converts SmolLM2, later pushes restore both;
 * one step per exercise of the manifest (``kata/exercises.toml``). It runs
-  ``python -m kata.grading.classroom result N``, which grades exercise N of ``exercises/`` with
-  the grader's runner (the time limit below, crash and memory handling) and writes the step's
-  ``result`` output in the reporter's format (:func:`reporter_result`): one entry per test,
-  each worth an equal share of the exercise's points, so Classroom's partial credit is the
-  batch grader's (``grader.py batch``) to the hundredth of a point;
+  ``python grader.py classroom-step N`` (:func:`grade_step`), which grades exercise N of
+  ``exercises/`` with the grader's runner (the time limit below, crash and memory handling) and
+  writes the step's ``result`` output in the reporter's format (:func:`reporter_result`): one
+  entry per test, each worth an equal share of the exercise's points, so Classroom's partial
+  credit is the batch grader's (``grader.py batch``) to the hundredth of a point;
 * then ``classroom-resources/autograding-grading-reporter@v1``, which adds the steps' scores up
   and sends the total to Classroom.
 
@@ -32,10 +31,8 @@ the exercise tests, the kata and the grader, and a learner-facing ``README.md``;
 
 from __future__ import annotations
 
-import argparse
 import base64
 import json
-import os
 import shutil
 import sys
 from collections.abc import Sequence
@@ -89,8 +86,8 @@ def _environment_prefix() -> str:
 
 def check_command(exercise: Exercise) -> str:
     """The step's command: grade the exercise, write the step's ``result`` output."""
-    return (f"{_environment_prefix()} {PYTHON} -m kata.grading.classroom result "
-            f"{exercise.number} --timeout {CHECK_TIMEOUT_SECONDS}")
+    return (f"{_environment_prefix()} {PYTHON} grader.py classroom-step {exercise.number} "
+            f"--timeout {CHECK_TIMEOUT_SECONDS}")
 
 
 def step_id(exercise: Exercise) -> str:
@@ -328,41 +325,7 @@ def write_classroom_template(template_dir: Path | str, source_root: Path | str =
     return write_classroom_workflow(template_dir)
 
 
-def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["result"]:
-        parser = argparse.ArgumentParser(
-            prog="python -m kata.grading.classroom result",
-            description="Grade one exercise as a Classroom step: print where it stands and "
-                        "write the step's result (the reporter's format) to --output.")
-        parser.add_argument("exercise", help="the exercise: 2 or ex2")
-        parser.add_argument("--timeout", type=float, default=CHECK_TIMEOUT_SECONDS)
-        parser.add_argument("--output", type=Path,
-                            default=Path(os.environ["GITHUB_OUTPUT"])
-                            if os.environ.get("GITHUB_OUTPUT") else None,
-                            help="the file to append result=... to (default: $GITHUB_OUTPUT; "
-                                 "without either, the JSON is printed)")
-        parser.add_argument("--root", type=Path, default=None)
-        args = parser.parse_args(argv[1:])
-        result = grade_step(args.exercise, args.root, args.timeout, args.output)
-        if args.output is None:
-            print(sanitize.json_text(result, indent=1))
-        return 0  # the reporter decides what failed
-    parser = argparse.ArgumentParser(
-        prog="python -m kata.grading.classroom",
-        description="Write DIR/.github/workflows/classroom.yml for GitHub Classroom.")
-    parser.add_argument("dir", type=Path, help="the template repository's checkout")
-    parser.add_argument("--template", action="store_true",
-                        help="first copy what learners may see into DIR (no solutions/, no "
-                             "variants, no mistakes, no maintainer tests)")
-    args = parser.parse_args(argv)
-    if args.template:
-        path = write_classroom_template(args.dir)
-    else:
-        path = write_classroom_workflow(args.dir)
-    print(f"wrote {path}")
-    return 0
+if __name__ == "__main__":  # the old form of `python grader.py classroom` and `classroom-step`
+    from kata.grading.cli import run_old_form
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_old_form("kata.grading.classroom"))

@@ -1,32 +1,63 @@
-"""The command line behind ``grader.py``: one subcommand per job.
+"""The kata's one command line: every command a person types is a subcommand of ``grader.py``.
 
-    grader.py [status]            where you stand, the next failing test and a hint
-    grader.py hint N [FUNCTION]   the next hint for exercise N (one level more each time)
-    grader.py watch [--warm]      re-grade (or re-run the tests) each time you save
-    grader.py figures DIR         draw the post's figures with your functions
-    grader.py batch SUBMISSIONS   grade submissions in isolation (instructors)
-    grader.py reset N [--yes]     restore exercise N's untouched stub (your file is kept)
+    learners      status (the default), hint, watch, figures, reset, check
+    instructors   batch, classroom, gradescope-bundle, cpus
+    autograders   classroom-step (a step of the generated Classroom workflow),
+                  gradescope-run (what the Gradescope bundle's run_autograder runs)
+    maintainers   stubs, notebooks, readme-table, requirements
 
-The old flags (``--hint N``, ``--watch``, ``--figures DIR``, ``--submissions ...``) still work,
-with a one-line notice naming the subcommand that replaces them.
+Each command's arguments are parsed here, once (:func:`build_parser`), and its handler calls the
+module that does the work with plain values: ``kata.stubs``, ``kata.notebook``,
+``kata.manifest``, ``kata.grading.classroom``, ``kata.grading.gradescope`` ... parse nothing.
+``python grader.py --help`` lists the commands by who types them, and
+``python grader.py COMMAND --help`` describes one.
+
+Two kinds of old forms still work, each with a one-line notice naming what replaces it:
+
+* the old flags (``--hint N``, ``--watch``, ``--figures DIR``, ``--submissions ...``), see
+  :func:`normalise`;
+* the old ``python -m`` forms (``python -m kata.stubs``, ``python -m kata.notebook build``,
+  ``python -m kata.grading.classroom result N`` in a workflow generated before ...): the
+  ``__main__`` block of each of those modules is one call of :func:`run_old_form`.
+
+Only the processes the grader starts itself parse arguments of their own (the warm worker, the
+sandboxed server, the figures child), and so does ``kata/requirements.py --floors``, which
+set-up runs with the system Python before anything is installed; ``tests/maintainer/test_cli.py``
+keeps that list and fails on any other parser under ``kata/``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import textwrap
 import time
 from pathlib import Path
 
+from kata.commands import grader_command
 from kata.manifest import IMPLEMENTATIONS, ManifestError, load_manifest
 
 from . import learner, reports
+from .check import DEFAULT_TIMEOUT as CHECK_TIMEOUT
+from .classroom import CHECK_TIMEOUT_SECONDS as STEP_TIMEOUT
+from .gradescope import MEMORY_LIMIT_MB as GRADESCOPE_MEMORY_MB
+from .gradescope import TIMEOUT as GRADESCOPE_TIMEOUT
 from .submissions import GradingOptions, grade_batch, grade_in_place, prepare_shared_model_cache
 
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_BATCH_MEMORY_MB = 4096
-COMMANDS = ("status", "hint", "watch", "figures", "batch", "reset", "check", "classroom",
-            "gradescope-bundle")
+
+#: Who types which command, in the order ``grader.py --help`` lists them.
+GROUPS = {
+    "learners": ("status", "hint", "watch", "figures", "reset", "check"),
+    "instructors": ("batch", "classroom", "gradescope-bundle", "cpus"),
+    "autograders (the generated workflow and bundle run these)": ("classroom-step",
+                                                                  "gradescope-run"),
+    "maintainers": ("stubs", "notebooks", "readme-table", "requirements"),
+}
+COMMANDS = tuple(name for names in GROUPS.values() for name in names)
 
 EPILOG = """\
 learner loop:
@@ -38,7 +69,12 @@ learner loop:
 
 instructors:
   python grader.py batch subs/* -j 2 --csv grades.csv --json grades.json
-  python grader.py batch /autograder/submission --gradescope /autograder/results/results.json
+  python grader.py classroom DIR --template
+  python grader.py gradescope-bundle autograder.zip
+
+maintainers, after changing a solution, a notebook source or the manifest:
+  python grader.py stubs && python grader.py notebooks && python grader.py readme-table
+  (each with --check: write nothing, exit 1 naming what is stale)
 
 `python grader.py COMMAND --help` describes each command.
 """
@@ -74,23 +110,60 @@ def _add_reports(parser):
                              "gets <name>.json each)")
 
 
-def build_parser() -> Parser:
-    parser = Parser(prog="grader.py", description="Grade the hidden-states kata.", epilog=EPILOG,
-                    formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+def _add_exercise(parser, timeout: float | None = None):
+    """The exercise N, and with ``timeout`` its tests' time limit (``--timeout``)."""
+    parser.add_argument("exercise", metavar="N", help="the exercise: 1, ex1 or its module name")
+    if timeout is not None:
+        parser.add_argument("--timeout", type=float, default=timeout, metavar="SECONDS",
+                            help=f"wall-clock limit for the exercise's tests (default {timeout:g})")
 
-    status = commands.add_parser("status", help="where you stand (the default command)")
+
+def _add_exercise_ids(parser):
+    parser.add_argument("--exercises", default=None, metavar="IDS",
+                        help="grade only these exercises, comma-separated (default: all)")
+
+
+def _add_check_only(parser, what: str):
+    parser.add_argument("--check", action="store_true",
+                        help=f"write nothing; exit 1 naming {what} that would change")
+
+
+def _command_listing(summaries: dict[str, str], columns: int = 100) -> str:
+    """The commands by who types them, for ``grader.py --help``."""
+    indent = " " * (max(map(len, summaries)) + 4)
+    blocks = []
+    for group, names in GROUPS.items():
+        rows = [textwrap.fill(summaries[name], columns, initial_indent=f"  {name:<{len(indent) - 2}}",
+                              subsequent_indent=indent) for name in names]
+        blocks.append(f"{group}:\n" + "\n".join(rows))
+    return "\n\n".join(blocks)
+
+
+def build_parser() -> Parser:
+    """The whole command line: every subcommand and its arguments."""
+    parser = Parser(prog="grader.py", usage="%(prog)s [COMMAND] [ARGUMENTS]", epilog=EPILOG,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser,
+                                     prog="grader.py", help=argparse.SUPPRESS)
+    summaries: dict[str, str] = {}
+
+    def command(name: str, summary: str) -> Parser:
+        summaries[name] = summary
+        return commands.add_parser(name, description=summary[0].upper() + summary[1:] + ".")
+
+    # ------------------------------------------------------------------ learners
+    status = command("status", "where you stand, the next failing test and a hint (the default)")
     _add_impl(status)
     _add_limits(status, batch=False)
     _add_reports(status)
 
-    hint = commands.add_parser("hint", help="the next hint for exercise N, one level at a time")
-    hint.add_argument("exercise", metavar="N", help="the exercise: 1, ex1 or its module name")
+    hint = command("hint", "the next hint for exercise N, one level more each time")
+    _add_exercise(hint)
     hint.add_argument("function", metavar="FUNCTION", nargs="?",
                       help="the function to help with (default: the one whose test fails first)")
     _add_impl(hint)
 
-    watch = commands.add_parser("watch", help="re-grade each time you save an exercise file")
+    watch = command("watch", "grade again each time you save an exercise file")
     watch.add_argument("--warm", action="store_true",
                        help="keep one process with the models loaded and re-run only the saved "
                             "exercise's tests in it (about a second; no time limit: Ctrl-C "
@@ -98,7 +171,7 @@ def build_parser() -> Parser:
     _add_impl(watch)
     _add_limits(watch, batch=False)
 
-    figures = commands.add_parser("figures", help="draw the post's figures (6-11, and 12-13 of the logit lens) with your code")
+    figures = command("figures", "draw the kata's figures with your functions into DIR")
     figures.add_argument("out", metavar="DIR", type=Path, help="folder for the figures")
     figures.add_argument("--model", default=None,
                          help="auto (default: GPT-2 if cached, else SmolLM2), gpt2, smollm2, "
@@ -107,7 +180,18 @@ def build_parser() -> Parser:
                          help=f"wall-clock limit for drawing (default {DEFAULT_TIMEOUT * 3:g})")
     _add_impl(figures)
 
-    batch = commands.add_parser("batch", help="grade submissions (folders or zips) in isolation")
+    reset = command("reset", "restore exercise N's untouched stub (your file is kept in "
+                             "exercises/.backup/)")
+    _add_exercise(reset)
+    reset.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+
+    check = command("check", "grade exercise N only; exit status 0 when it is done (a "
+                             "pass/fail autograder step)")
+    _add_exercise(check, timeout=CHECK_TIMEOUT)
+    _add_impl(check)
+
+    # ------------------------------------------------------------------ instructors
+    batch = command("batch", "grade submissions (folders or zips) in isolation")
     batch.add_argument("submissions", metavar="SUBMISSION", nargs="+", type=Path)
     batch.add_argument("-j", "--jobs", type=int, default=1,
                        help="submissions graded in parallel (default 1)")
@@ -126,28 +210,57 @@ def build_parser() -> Parser:
                        help="grade the reference solutions once, in the sandbox, before the "
                             "batch; stop unless they get full marks")
 
-    reset = commands.add_parser("reset", help="restore exercise N's untouched stub")
-    reset.add_argument("exercise", metavar="N", help="the exercise: 1, ex1 or its module name")
-    reset.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
-
-    check = commands.add_parser("check", help="grade exercise N only; exit status 0 when done "
-                                              "(what an autograder step runs)")
-    check.add_argument("exercise", metavar="N", help="the exercise: 1, ex1 or its module name")
-    check.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                       help="wall-clock limit for the exercise's tests (default 300)")
-    _add_impl(check)
-
-    classroom = commands.add_parser("classroom", help="write DIR/.github/workflows/classroom.yml "
-                                                      "for GitHub Classroom")
-    classroom.add_argument("dir", metavar="DIR", type=Path, help="the template repository's checkout")
+    classroom = command("classroom", "write DIR/.github/workflows/classroom.yml for GitHub "
+                                     "Classroom")
+    classroom.add_argument("dir", metavar="DIR", type=Path,
+                           help="the template repository's checkout")
     classroom.add_argument("--template", action="store_true",
-                           help="first copy the kata into DIR without solutions/ (grading only)")
+                           help="first copy into DIR what learners may see (no solutions/, "
+                                "variants, mistakes or maintainer tests)")
 
-    bundle = commands.add_parser("gradescope-bundle", help="build the Gradescope autograder zip "
-                                                           "(without solutions/)")
-    bundle.add_argument("zip", metavar="ZIP", type=Path, help="the zip to write, e.g. autograder.zip")
-    bundle.add_argument("--exercises", default=None, metavar="IDS",
-                        help="grade only these exercises, comma-separated (default: all)")
+    bundle = command("gradescope-bundle", "build the Gradescope autograder zip (without "
+                                          "solutions/)")
+    bundle.add_argument("zip", metavar="ZIP", type=Path,
+                        help="the zip to write, e.g. autograder.zip")
+    _add_exercise_ids(bundle)
+
+    command("cpus", "how many CPUs the grader may use here (a container's quota, not the host's "
+                    "cores; KATA_CPUS overrides it), which sets batch's default --lanes")
+
+    # ------------------------------------------------------------------ autograders
+    step = command("classroom-step", "grade exercise N as a step of the Classroom workflow and "
+                                     "write the step's result for the reporter")
+    _add_exercise(step, timeout=STEP_TIMEOUT)
+    step.add_argument("--output", type=Path, default=None, metavar="FILE",
+                      help="the file to append result=... to (default: $GITHUB_OUTPUT; without "
+                           "either, the result's JSON is printed)")
+
+    run = command("gradescope-run", "grade ROOT/submission and write ROOT/results/results.json "
+                                    "(what the bundle's run_autograder runs)")
+    run.add_argument("--root", type=Path, default=None, metavar="ROOT",
+                     help="Gradescope's folder, holding source/ and submission/ (default: "
+                          "$KATA_AUTOGRADER_ROOT, else /autograder)")
+    _add_exercise_ids(run)
+    run.add_argument("--timeout", type=float, default=GRADESCOPE_TIMEOUT, metavar="SECONDS",
+                     help="wall-clock limit for each exercise's tests "
+                          f"(default {GRADESCOPE_TIMEOUT:g})")
+    run.add_argument("--memory-limit", type=int, default=GRADESCOPE_MEMORY_MB, metavar="MB",
+                     help="address-space limit of each test process in MiB "
+                          f"(default {GRADESCOPE_MEMORY_MB})")
+
+    # ------------------------------------------------------------------ maintainers
+    _add_check_only(command("stubs", "rewrite the stale stubs in exercises/ from solutions/"),
+                    "the stubs")
+    _add_check_only(command("notebooks", "build notebooks/*.ipynb from notebooks/src/ (needs "
+                                         "the notebook extra)"), "the notebooks")
+    _add_check_only(command("readme-table", "rewrite the README's exercise table from "
+                                            "kata/exercises.toml"), "the table")
+    versions = command("requirements", "check that every dependency is within the range "
+                                       "pyproject.toml declares")
+    versions.add_argument("--floors", action="store_true",
+                          help="print the declared floors as pins instead, one per line")
+    parser.description = ("The hidden-states kata's command line.\n\n"
+                          + _command_listing(summaries))
     return parser
 
 
@@ -212,7 +325,75 @@ def normalise(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv, notices
 
 
-# --------------------------------------------------------------------------- the commands
+# --------------------------------------------------------------------------- the old python -m forms
+
+#: ``python -m MODULE [FIRST] ...`` before this command line had the command -> its subcommand.
+#: ``FIRST`` None: the module took the subcommand's arguments as they are.
+OLD_FORMS = {
+    ("kata.stubs", None): "stubs",
+    ("kata.notebook", "build"): "notebooks",
+    ("kata.manifest", None): "readme-table",
+    ("kata.grading.check", None): "check",
+    ("kata.grading.classroom", "result"): "classroom-step",
+    ("kata.grading.classroom", None): "classroom",
+    ("kata.grading.gradescope", "bundle"): "gradescope-bundle",
+    ("kata.grading.gradescope", "run"): "gradescope-run",
+    ("kata.grading.cpus", None): "cpus",
+}
+#: Subcommands whose old form took ``--root DIR`` for the kata's folder (now grader.py's own).
+OLD_ROOT_OPTION = ("stubs", "check", "classroom-step")
+
+
+def _take_option(argv: list[str], option: str) -> tuple[list[str], str | None]:
+    """``argv`` without ``option VALUE`` (or ``option=VALUE``), and that value."""
+    rest, value, i = [], None, 0
+    while i < len(argv):
+        name, equals, given = argv[i].partition("=")
+        if name == option and equals:
+            value, i = given, i + 1
+        elif name == option and i + 1 < len(argv):
+            value, i = argv[i + 1], i + 2
+        else:
+            rest.append(argv[i])
+            i += 1
+    return rest, value
+
+
+def translate_old_form(module: str, argv: list[str]) -> tuple[list[str], Path | None]:
+    """``python -m MODULE ARGV`` -> the subcommand's arguments, and the kata folder it named."""
+    first = argv[0] if argv else None
+    if (module, first) in OLD_FORMS:
+        command, argv = OLD_FORMS[module, first], argv[1:]
+    elif (module, None) in OLD_FORMS:
+        command = OLD_FORMS[module, None]
+    else:
+        raise learner.UsageError(f"python -m {module}: see {grader_command('--help')} "
+                                 "for the commands")
+    root = None
+    if command in OLD_ROOT_OPTION:
+        argv, root = _take_option(argv, "--root")
+    return [command, *argv], Path(root) if root else None
+
+
+def run_old_form(module: str, argv: list[str] | None = None) -> int:
+    """Run ``python -m MODULE ...`` as the subcommand that replaced it, after a one-line notice.
+
+    The ``__main__`` block of every module that had a command line of its own is this one call,
+    so a command in an old workflow, script or habit keeps working, parsed here like the new one.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        new, root = translate_old_form(module, argv)
+    except learner.UsageError as error:
+        print(error.code, file=sys.stderr)
+        return 2
+    word = argv[0] if argv and (module, argv[0]) in OLD_FORMS else ""
+    old = f"python -m {module} {word}".rstrip()
+    print(f"{old} is the old form of `{grader_command(new[0])}`; it still works", file=sys.stderr)
+    return main(new, root=root)
+
+
+# --------------------------------------------------------------------------- learners
 
 
 def _options(args, batch: bool) -> GradingOptions:
@@ -244,7 +425,8 @@ def _environment_ok(quick: bool) -> bool:
     return not problems
 
 
-def _grade_once(args, root: Path, exercises) -> int:
+def _grade_once(args, root: Path) -> int:
+    exercises = load_manifest()
     options = _options(args, batch=False)
     if not _environment_ok(quick=True):
         return 2
@@ -262,35 +444,71 @@ def _grade_once(args, root: Path, exercises) -> int:
     return 0 if result.all_done else 1
 
 
-def status(args, root: Path, exercises) -> int:
+def status(args, root: Path) -> int:
     prepare_shared_model_cache()
-    return _grade_once(args, root, exercises)
+    return _grade_once(args, root)
 
 
-def hint(args, root: Path, exercises) -> int:
-    exercise = learner.find_exercise(exercises, args.exercise)
+def hint(args, root: Path) -> int:
+    exercise = learner.find_exercise(load_manifest(), args.exercise)
     print(learner.reveal_next_hint(root, exercise, args.function, args.impl))
     return 0
 
 
-def watch(args, root: Path, exercises) -> int:
+def watch(args, root: Path) -> int:
     if args.warm:
         from .warm import watch as warm_watch
 
-        return warm_watch(root, exercises, args.impl)
+        return warm_watch(root, load_manifest(), args.impl)
     prepare_shared_model_cache()
-    return learner.watch(root, exercises, args.impl, lambda: _grade_once(args, root, exercises))
+    return learner.watch(root, load_manifest(), args.impl, lambda: _grade_once(args, root))
 
 
-def figures(args, root: Path, exercises) -> int:
-    if args.out.exists() and not args.out.is_dir():
-        raise learner.UsageError(f"grader.py: {args.out} is a file, not a folder")
+def _refuse_a_file(path: Path) -> None:
+    if path.exists() and not path.is_dir():
+        raise learner.UsageError(f"grader.py: {path} is a file, not a folder")
+
+
+def figures(args, root: Path) -> int:
+    _refuse_a_file(args.out)
     from .figures import render
 
     return render(root, args.out, args.impl, args.model, set(), args.timeout)
 
 
-def batch(args, root: Path, exercises) -> int:
+def reset(args, root: Path) -> int:
+    exercise = learner.find_exercise(load_manifest(), args.exercise)
+    target = exercise.source()
+    if not args.yes and not learner.is_untouched(root, exercise):
+        question = (f"Replace {target} with the untouched stub? Your version is kept in "
+                    f"{learner.BACKUP_DIR}/. [y/N] ")
+        try:
+            answer = input(question)
+        except EOFError:
+            print()
+            answer = ""
+        if answer.strip().lower() not in ("y", "yes"):
+            print("Nothing changed.")
+            return 1
+    path, backup = learner.restore_stub(root, exercise)
+    kept = (f"; your version is in {backup.relative_to(root).as_posix()}" if backup
+            else " (it was untouched)")
+    print(f"Restored {target}{kept}. Hints for {exercise.id} start again from the first.")
+    return 0
+
+
+def check(args, root: Path) -> int:
+    from .check import check_exercise
+
+    learner.find_exercise(load_manifest(), args.exercise)  # a clear error for a wrong N
+    return check_exercise(args.exercise, root, args.impl, args.timeout)
+
+
+# --------------------------------------------------------------------------- instructors
+
+
+def batch(args, root: Path) -> int:
+    exercises = load_manifest()
     options = _options(args, batch=True)
     if options.sandbox:
         from .sandbox import sandbox_available
@@ -366,61 +584,146 @@ def batch(args, root: Path, exercises) -> int:
     return 0
 
 
-def reset(args, root: Path, exercises) -> int:
-    exercise = learner.find_exercise(exercises, args.exercise)
-    target = exercise.source()
-    if not args.yes and not learner.is_untouched(root, exercise):
-        question = (f"Replace {target} with the untouched stub? Your version is kept in "
-                    f"{learner.BACKUP_DIR}/. [y/N] ")
-        try:
-            answer = input(question)
-        except EOFError:
-            print()
-            answer = ""
-        if answer.strip().lower() not in ("y", "yes"):
-            print("Nothing changed.")
-            return 1
-    path, backup = learner.restore_stub(root, exercise)
-    kept = (f"; your version is in {backup.relative_to(root).as_posix()}" if backup
-            else " (it was untouched)")
-    print(f"Restored {target}{kept}. Hints for {exercise.id} start again from the first.")
-    return 0
-
-
-def check(args, root: Path, exercises) -> int:
-    from .check import DEFAULT_TIMEOUT, check_exercise
-
-    learner.find_exercise(exercises, args.exercise)  # a clear error for a wrong N
-    return check_exercise(args.exercise, root, args.impl, args.timeout or DEFAULT_TIMEOUT)
-
-
-def classroom(args, root: Path, exercises) -> int:
+def classroom(args, root: Path) -> int:
     from .classroom import write_classroom_template, write_classroom_workflow
 
-    if args.dir.exists() and not args.dir.is_dir():
-        raise learner.UsageError(f"grader.py: {args.dir} is a file, not a folder")
-    path = write_classroom_template(args.dir, root) if args.template else write_classroom_workflow(args.dir)
+    _refuse_a_file(args.dir)
+    path = (write_classroom_template(args.dir, root) if args.template
+            else write_classroom_workflow(args.dir))
     print(f"wrote {path}")
     return 0
 
 
-def gradescope_bundle(args, root: Path, exercises) -> int:
+def _split_ids(text: str | None) -> list[str] | None:
+    """``"ex1, ex2"`` -> ``["ex1", "ex2"]``; None (every exercise) for none."""
+    ids = [i.strip() for i in (text or "").split(",") if i.strip()]
+    return ids or None
+
+
+def _exercise_ids(text: str | None) -> list[str] | None:
+    """:func:`_split_ids`, each id checked against the manifest."""
+    ids = _split_ids(text)
+    for wanted in ids or []:
+        learner.find_exercise(load_manifest(), wanted)
+    return ids
+
+
+def gradescope_bundle(args, root: Path) -> int:
+    import zipfile
+
     from .gradescope import build_gradescope_bundle
 
-    ids = [i.strip() for i in args.exercises.split(",") if i.strip()] if args.exercises else None
-    for wanted in ids or []:
-        learner.find_exercise(exercises, wanted)
-    path = build_gradescope_bundle(args.zip, source_root=root, exercises=ids)
-    print(f"wrote {path} (no solutions/): upload it as the autograder")
+    path = build_gradescope_bundle(args.zip, source_root=root,
+                                   exercises=_exercise_ids(args.exercises))
+    with zipfile.ZipFile(path) as archive:
+        count = len(archive.namelist())
+    print(f"wrote {path} ({count} files, no solutions/): upload it as the autograder")
     return 0
 
 
-HANDLERS = {"status": status, "hint": hint, "watch": watch, "figures": figures, "batch": batch,
-            "reset": reset, "check": check, "classroom": classroom,
-            "gradescope-bundle": gradescope_bundle}
+def cpus(args, root: Path) -> int:
+    from .cpus import available_cpus
+
+    print(available_cpus())
+    return 0
+
+
+# --------------------------------------------------------------------------- autograders
+
+
+def classroom_step(args, root: Path) -> int:
+    """Exit status 0 whatever the grade: the workflow's reporter decides what failed."""
+    from . import sanitize
+    from .classroom import grade_step
+
+    learner.find_exercise(load_manifest(), args.exercise)  # a clear error for a wrong N
+    output = args.output
+    if output is None and os.environ.get("GITHUB_OUTPUT"):
+        output = Path(os.environ["GITHUB_OUTPUT"])
+    result = grade_step(args.exercise, root, args.timeout, output)
+    if output is None:
+        print(sanitize.json_text(result, indent=1))
+    return 0
+
+
+def gradescope_run(args, root: Path) -> int:
+    """Reads the manifest of ROOT/source itself, so that whatever fails, results.json is
+    written (:func:`kata.grading.gradescope.grade_for_gradescope`)."""
+    from .gradescope import grade_for_gradescope
+
+    autograder = args.root or Path(os.environ.get("KATA_AUTOGRADER_ROOT", "/autograder"))
+    result = grade_for_gradescope(autograder, _split_ids(args.exercises), args.timeout,
+                                  args.memory_limit)
+    return 0 if result is not None else 1
+
+
+# --------------------------------------------------------------------------- maintainers
+
+
+def _report_stale(stale: list[Path], root: Path, check_only: bool, command: str,
+                  up_to_date: str) -> int:
+    """Print what a generating command wrote, or (``--check``) what it would write; its exit
+    status (1 when ``--check`` found something stale)."""
+    for path in stale:
+        relative = path.relative_to(root).as_posix()
+        print(f"stale: {relative} (run `{grader_command(command)}`)" if check_only
+              else f"wrote {relative}")
+    if not stale:
+        print(up_to_date)
+    return 1 if check_only and stale else 0
+
+
+def stubs(args, root: Path) -> int:
+    from kata import stubs as generator
+
+    try:
+        stale = generator.stale(root) if args.check else generator.write_stubs(root)
+    except (generator.StubError, SyntaxError) as error:
+        print(f"grader.py stubs: error: {error}", file=sys.stderr)
+        return 2
+    return _report_stale(stale, root, args.check, "stubs",
+                         f"the stubs are up to date ({len(generator.solution_files(root))})")
+
+
+def notebooks(args, root: Path) -> int:
+    from kata import notebook
+
+    try:
+        stale = notebook.build(check_only=args.check)
+    except ModuleNotFoundError as error:
+        print(f"grader.py notebooks: error: {error.name} is missing: it comes with the notebook "
+              "extra (pip install -e '.[notebook]', or bash run.sh notebook --install-only)",
+              file=sys.stderr)
+        return 2
+    return _report_stale(stale, notebook.ROOT, args.check, "notebooks",
+                         f"the notebooks are up to date ({len(notebook.targets())})")
+
+
+def readme_table(args, root: Path) -> int:
+    from kata.manifest import update_readme
+
+    readme = root / "README.md"
+    stale = [readme] if update_readme(readme, check_only=args.check) else []
+    return _report_stale(stale, root, args.check, "readme-table",
+                         "README.md's exercise table is up to date")
+
+
+def requirements(args, root: Path) -> int:
+    from kata import requirements as versions
+
+    return versions.print_floors() if args.floors else versions.report()
+
+
+HANDLERS = {"status": status, "hint": hint, "watch": watch, "figures": figures, "reset": reset,
+            "check": check, "batch": batch, "classroom": classroom,
+            "gradescope-bundle": gradescope_bundle, "cpus": cpus,
+            "classroom-step": classroom_step, "gradescope-run": gradescope_run,
+            "stubs": stubs, "notebooks": notebooks, "readme-table": readme_table,
+            "requirements": requirements}
 
 
 def main(argv=None, root: Path | None = None) -> int:
+    """Run one command; its exit status. ``root`` is the kata's folder (grader.py's)."""
     parser = build_parser()
     command = None
     try:
@@ -429,9 +732,7 @@ def main(argv=None, root: Path | None = None) -> int:
             print(notice, file=sys.stderr)
         args = parser.parse_args(argv)
         command = args.command
-        root = Path(root or Path(__file__).resolve().parents[2])
-        exercises = load_manifest()
-        return HANDLERS[command](args, root, exercises)
+        return HANDLERS[command](args, Path(root or ROOT))
     except learner.UsageError as error:
         message = str(error.code).removeprefix("grader.py: ")
         if not message.startswith("grader.py"):

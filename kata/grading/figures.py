@@ -18,6 +18,9 @@ Which figures exist, their files and captions, and which exercise owns each, is 
 file in :mod:`kata.drawings` (``kata/drawings/ex6.py`` defines ``fig14``). This module saves the
 figures, measures their legibility and puts the reference beside them: an exercise added later
 gets its figures with its manifest entry and its drawing file, and no edit here.
+
+The child parses its own few arguments (:func:`main`) because only :func:`render` starts it, in
+a process of its own; the command a person types is ``python grader.py figures DIR``.
 """
 
 from __future__ import annotations

@@ -21,6 +21,9 @@ the kata's own code (:mod:`kata.grading.remote`). It
 Nothing of the learner's runs in this process or its children, so nothing here needs defending
 from it: the records it writes are the grade. The worker writes ``{"event": "worker_done"}``
 last.
+
+It parses its own few arguments (:func:`main`) because only the grader's runner starts it, in a
+process of its own; no person types it, so it is not a subcommand of ``grader.py``.
 """
 
 from __future__ import annotations

@@ -21,6 +21,10 @@ computations, no solutions, no grading code. It
    the grader's deadline kills the whole sandbox anyway.
 
 Verdicts are never computed here: whatever this process sends is data the trusted side checks.
+
+It parses its own few arguments (:func:`main`) because only the grader starts it, inside the
+sandbox, which must stay import-light: the command line (:mod:`kata.grading.cli`) would import
+``kata.grading``, which the sandbox does not hold.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 # The set-up cell of every notebook (jupytext percent format): its one source.
-# `python -m kata.notebook build` puts this cell where a notebook source has the marker cell
+# `python grader.py notebooks` puts this cell where a notebook source has the marker cell
 #
 #     # %% tags=["setup"]
 #     # (set-up: notebooks/src/_setup.py)
 #
-# Edit it here, then run `python -m kata.notebook build`.
+# Edit it here, then run `python grader.py notebooks`.
 
 # %% tags=["setup"]
 # Set-up. In the kata's own environment (`bash run.sh notebook`) this cell installs nothing: it

@@ -528,7 +528,7 @@ def test_the_workflow_has_setup_caches_a_step_per_exercise_and_the_reporter(temp
         command = step["run"]
         for variable in ("MPLBACKEND=Agg", "KATA_TORCH_THREADS=2"):
             assert command.startswith(variable) or f" {variable} " in command, command
-        assert f"-m kata.grading.classroom result {exercise.number} " in command
+        assert f" grader.py classroom-step {exercise.number} " in command
         assert f"--timeout {classroom.CHECK_TIMEOUT_SECONDS}" in command
         assert '--output "$GITHUB_OUTPUT"' in command
         assert isinstance(step["timeout-minutes"], int) and step["timeout-minutes"] <= 60

@@ -1,9 +1,16 @@
-"""grader.py's subcommands, the old flags that stay as aliases, and its answers to bad input."""
+"""grader.py's subcommands, the old flags and ``python -m`` forms that stay as aliases, its answers
+to bad input, and the rule that it is the kata's one command line: no module under kata/ but the
+processes the grader starts itself parses arguments of its own."""
 
 from __future__ import annotations
 
+import argparse
+import ast
 import json
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -225,3 +232,207 @@ def test_figures_draws_with_the_solutions(tmp_path, capsys):
                     root=REPO)
     assert code == 0
     assert sorted(p.name for p in out.iterdir()) == sorted(f.file for _, f in planned_figures())
+
+
+# --------------------------------------------------------------------------- one command line
+
+#: The modules under kata/ that parse arguments of their own, and why. Every other command is a
+#: subcommand of kata/grading/cli.py, parsed there once.
+OWN_PARSE_ALLOWED = {
+    "kata/grading/cli.py": "the one command line itself",
+    "kata/grading/worker.py": "the trusted warm worker: the grader's runner starts it",
+    "kata/remote/server.py": "the learner's side: the grader starts it in the sandbox, which "
+                             "must not import kata.grading",
+    "kata/grading/figures.py": "the figures child: `grader.py figures` starts it",
+    "kata/requirements.py": "run.sh runs it with the system Python before anything is installed",
+}
+#: The modules the grader itself starts with ``python -m``: the only ones a command may name.
+INTERNAL_ENTRY_POINTS = {"kata.grading.worker", "kata.remote.server", "kata.grading.figures"}
+PARSING_MODULES = {"argparse", "optparse", "getopt"}
+
+
+def _dotted(node) -> str:
+    """``sys.exit`` for the expression ``sys.exit``; '' for anything but names and attributes."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        inner = _dotted(node.value)
+        return f"{inner}.{node.attr}" if inner else ""
+    return ""
+
+
+def _main_blocks(tree: ast.Module) -> list[ast.If]:
+    return [node for node in tree.body if isinstance(node, ast.If)
+            and isinstance(node.test, ast.Compare) and _dotted(node.test.left) == "__name__"
+            and any(isinstance(c, ast.Constant) and c.value == "__main__"
+                    for c in node.test.comparators)]
+
+
+def own_parsing(source: str, module: str) -> list[str]:
+    """What in ``source`` (the module ``module``) reads a command line of its own: a parsing
+    library, ``sys.argv``, or a ``__main__`` block that does more than hand its arguments to
+    :func:`kata.grading.cli.run_old_form` under its own name."""
+    tree = ast.parse(source)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _dotted(node) == "sys.argv":
+            found.append(f"reads sys.argv (line {node.lineno})")
+        if isinstance(node, ast.ImportFrom) and node.module == "sys" \
+                and any(alias.name == "argv" for alias in node.names):
+            found.append(f"imports sys.argv (line {node.lineno})")
+        imported = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                    else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        found += [f"imports {name} (line {node.lineno})" for name in imported
+                  if name.split(".")[0] in PARSING_MODULES]
+    for block in _main_blocks(tree):
+        calls = [_dotted(n.func) for n in ast.walk(block) if isinstance(n, ast.Call)]
+        handed = [n for n in ast.walk(block) if isinstance(n, ast.Call)
+                  and _dotted(n.func) == "run_old_form"]
+        if not handed or set(calls) - {"run_old_form", "sys.exit"}:
+            found.append(f"its __main__ block (line {block.lineno}) does more than "
+                         "`sys.exit(run_old_form(...))`")
+        for call in handed:
+            named = call.args[0].value if call.args and isinstance(call.args[0], ast.Constant) \
+                else None
+            if named != module or not any(m == named for m, _ in cli.OLD_FORMS):
+                found.append(f"its __main__ block hands over as {named!r}, not as {module!r} "
+                             "of cli.OLD_FORMS")
+    return found
+
+
+def _kata_modules() -> dict[str, str]:
+    """``{'kata/stubs.py': 'kata.stubs', ...}`` for every module under kata/."""
+    return {path.relative_to(REPO).as_posix(): ".".join(path.relative_to(REPO).with_suffix("").parts)
+            for path in sorted((REPO / "kata").rglob("*.py"))}
+
+
+def test_no_module_under_kata_parses_a_command_line_of_its_own():
+    offenders = {}
+    for relative, module in _kata_modules().items():
+        if relative not in OWN_PARSE_ALLOWED:
+            found = own_parsing((REPO / relative).read_text(encoding="utf-8"), module)
+            if found:
+                offenders[relative] = found
+    assert not offenders, "\n".join(
+        f"{relative} parses a command line of its own ({'; '.join(found)}): make it a "
+        "subcommand in kata/grading/cli.py (its __main__ block, if it keeps one, is "
+        f"`sys.exit(run_old_form({_kata_modules()[relative]!r}))`)"
+        for relative, found in offenders.items())
+
+
+def test_the_allowed_entry_points_exist_and_say_why_they_parse_their_own_arguments():
+    for relative in OWN_PARSE_ALLOWED:
+        if relative == "kata/grading/cli.py":
+            continue
+        source = (REPO / relative).read_text(encoding="utf-8")
+        assert own_parsing(source, _kata_modules()[relative]), f"{relative}: nothing to allow"
+        docstring = ast.get_docstring(ast.parse(source)) or ""
+        assert re.search(r"its own (few )?arguments|command line of its own", docstring), \
+            f"{relative}'s docstring should say in one sentence why it parses its own arguments"
+
+
+@pytest.mark.parametrize("source, words", [
+    ("import argparse\n", "imports argparse"),
+    ("from argparse import ArgumentParser\n", "imports argparse"),
+    ("import sys\nn = len(sys.argv)\n", "reads sys.argv"),
+    ("from sys import argv\n", "imports sys.argv"),
+    ("import sys\nif __name__ == '__main__':\n    print(sum(map(int, input().split())))\n",
+     "does more than"),
+    ("import sys\nif __name__ == '__main__':\n    from kata.grading.cli import run_old_form\n"
+     "\n    sys.exit(run_old_form('kata.other'))\n", "not as 'kata.stubs'"),
+])
+def test_own_parsing_names_what_it_found(source, words):
+    found = own_parsing(source, "kata.stubs")
+    assert found and words in "; ".join(found), found
+
+
+def test_own_parsing_accepts_a_hand_over_to_the_command_line():
+    handed = ("import sys\n\nif __name__ == '__main__':  # the old form\n"
+              "    from kata.grading.cli import run_old_form\n\n"
+              "    sys.exit(run_old_form('kata.stubs'))\n")
+    assert own_parsing(handed, "kata.stubs") == []
+
+
+def test_help_lists_every_command_by_who_types_it(capsys):
+    assert set(cli.COMMANDS) == set(cli.HANDLERS), "GROUPS and HANDLERS name the same commands"
+    parser = cli.build_parser()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(subparsers.choices) == set(cli.COMMANDS)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    assert exit_.value.code == 0 and out.startswith("usage: grader.py [COMMAND]")
+    for group, names in cli.GROUPS.items():
+        assert f"\n{group}:\n" in out
+        for name in names:
+            assert re.search(rf"^  {re.escape(name)} +\S", out, re.M), name
+    assert max(map(len, out.splitlines())) <= 100
+    for name in cli.COMMANDS:
+        with pytest.raises(SystemExit) as exit_:
+            cli.main([name, "--help"])
+        assert exit_.value.code == 0
+        assert capsys.readouterr().out.startswith(f"usage: grader.py {name} "), name
+
+
+@pytest.mark.parametrize("module, old, new, root", [
+    ("kata.stubs", [], ["stubs"], None),
+    ("kata.stubs", ["--check", "--root", "/k"], ["stubs", "--check"], Path("/k")),
+    ("kata.notebook", ["build", "--check"], ["notebooks", "--check"], None),
+    ("kata.manifest", [], ["readme-table"], None),
+    ("kata.grading.check", ["2", "--root=/k", "--timeout", "9"],
+     ["check", "2", "--timeout", "9"], Path("/k")),
+    ("kata.grading.classroom", ["result", "1", "--timeout", "600", "--output", "o"],
+     ["classroom-step", "1", "--timeout", "600", "--output", "o"], None),
+    ("kata.grading.classroom", ["DIR", "--template"], ["classroom", "DIR", "--template"], None),
+    ("kata.grading.gradescope", ["bundle", "a.zip"], ["gradescope-bundle", "a.zip"], None),
+    ("kata.grading.gradescope", ["run", "--root", "/ag"], ["gradescope-run", "--root", "/ag"],
+     None),
+    ("kata.grading.cpus", [], ["cpus"], None),
+])
+def test_an_old_python_m_form_becomes_its_subcommand(module, old, new, root):
+    assert cli.translate_old_form(module, old) == (new, root)
+    cli.build_parser().parse_args(new)  # a command the parser takes
+
+
+def test_an_old_python_m_form_still_runs_and_names_its_replacement():
+    done = subprocess.run([sys.executable, "-m", "kata.stubs", "--check"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "python -m kata.stubs is the old form of" in done.stderr
+    assert "grader.py stubs" in done.stderr and "up to date" in done.stdout
+
+
+def _texts_that_name_commands() -> dict[str, str]:
+    """Every text that prints, documents or generates a command: the README, the scripts, the
+    kata's sources, notebooks, stubs and tests, and what the Classroom and Gradescope
+    generators write."""
+    from kata.grading import classroom, gradescope
+
+    patterns = ("kata/**/*.py", "kata/exercises.toml", "notebooks/src/*.py", "notebooks/*.ipynb",
+                "exercises/*.py", "tests/**/*.py", "benchmarks/*.py", "README.md", "run.sh",
+                ".ci/run", "grader.py", "pyproject.toml")
+    texts = {path.relative_to(REPO).as_posix(): path.read_text(encoding="utf-8")
+             for pattern in patterns for path in sorted(REPO.glob(pattern))}
+    texts["generated Classroom workflow"] = classroom.workflow_yaml(EXERCISES)
+    texts["generated Classroom README"] = classroom.learner_readme(EXERCISES)
+    texts["generated Gradescope setup.sh"] = gradescope.SETUP_SH
+    texts["generated Gradescope run_autograder"] = gradescope.RUN_AUTOGRADER
+    return texts
+
+
+def test_every_command_the_kata_names_is_one_the_command_line_has():
+    wrong = []
+    for name, text in _texts_that_name_commands().items():
+        for paragraph in re.split(r"\n\s*\n", text):
+            for match in re.finditer(r"grader\.py ([a-z][a-z-]*)|grader_command\(f?[\"']([a-z][a-z-]*)",
+                                     paragraph):
+                command = match.group(1) or match.group(2)
+                if command not in cli.COMMANDS:
+                    wrong.append(f"{name}: `grader.py {command}` is no command")
+            if re.search(r"\bold\b.{0,20}\bforms?\b", paragraph, re.S):
+                continue  # a paragraph that speaks of the old forms may name them
+            for match in re.finditer(r"""-m[\s"',]+(kata(?:\.\w+)+)""", paragraph):
+                if match.group(1) not in INTERNAL_ENTRY_POINTS:
+                    wrong.append(f"{name}: `python -m {match.group(1)}` is an old form; name "
+                                 "its `python grader.py` subcommand")
+    assert not wrong, "\n".join(wrong)

@@ -61,7 +61,7 @@ def test_readme_table_is_generated_from_the_manifest():
     from kata.manifest import readme_table
 
     assert readme_table() in (ROOT / "README.md").read_text(), (
-        "README.md's exercise table is out of date: run `python -m kata.manifest`"
+        "README.md's exercise table is out of date: run `python grader.py readme-table`"
     )
 
 

@@ -4,7 +4,7 @@ Against the solutions: no cell errors, every figure cell (tagged ``figure``) sho
 the check cell (tagged ``check``) reports the exercise done. Against the untouched stubs: the
 check cell reports "not started", no output holds a traceback, and every cell that calls a
 learner function says which function to write. The generated ``.ipynb`` files match their
-sources (``python -m kata.notebook build --check``).
+sources (``python grader.py notebooks --check``).
 
 Time: each notebook gets its own kernel (about 4 s of imports), two at a time. The tiny GPT-2
 runs every notebook whose figure does not need a trained model; exercise 3 runs on SmolLM2, the
@@ -161,7 +161,7 @@ def test_generated_notebooks_are_up_to_date():
     pytest.importorskip("nbformat", reason="needs the notebook extra: pip install -e .[notebook]")
     stale = kn.build(check_only=True)
     assert not stale, (f"{', '.join(p.name for p in stale)} differ from notebooks/src/: "
-                       "run python -m kata.notebook build")
+                       "run `python grader.py notebooks`")
 
 
 def test_every_exercise_has_a_notebook_that_the_build_gives_the_one_setup_cell():

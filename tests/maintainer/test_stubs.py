@@ -1,13 +1,12 @@
-"""The stubs in exercises/ are generated from solutions/ by `python -m kata.stubs`, never by hand."""
+"""The stubs in exercises/ are generated from solutions/ by `python grader.py stubs`, never by hand."""
 
 import ast
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from kata import stubs
+from kata.grading import cli
 from kata.manifest import load_manifest
 
 pytestmark = pytest.mark.maintainer
@@ -23,7 +22,7 @@ def _functions(source: str) -> dict[str, ast.FunctionDef]:
 def test_the_committed_stubs_are_generated_from_the_solutions():
     stale = stubs.stale(ROOT)
     assert not stale, (f"{', '.join(p.name for p in stale)} out of date with solutions/: run "
-                       "`python -m kata.stubs` (and never edit exercises/ by hand)")
+                       "`python grader.py stubs` (and never edit exercises/ by hand)")
 
 
 def test_every_manifest_exercise_has_a_generated_stub():
@@ -31,17 +30,16 @@ def test_every_manifest_exercise_has_a_generated_stub():
     assert {f"{e.module}.py" for e in EXERCISES} <= names
 
 
-def test_check_exits_nonzero_naming_a_stale_stub(tmp_path):
+def test_check_exits_nonzero_naming_a_stale_stub(tmp_path, capsys):
     for folder in ("solutions", "exercises"):
         (tmp_path / folder).mkdir()
     (tmp_path / "solutions" / "ex1_toy.py").write_text('"""Toy."""\n\n\ndef f():\n    return 1\n')
-    command = [sys.executable, "-m", "kata.stubs", "--root", str(tmp_path)]
-    check = subprocess.run([*command, "--check"], cwd=ROOT, capture_output=True, text=True)
-    assert check.returncode == 1 and "exercises/ex1_toy.py" in check.stdout
-    write = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
-    assert write.returncode == 0 and "wrote exercises/ex1_toy.py" in write.stdout
-    again = subprocess.run([*command, "--check"], cwd=ROOT, capture_output=True, text=True)
-    assert again.returncode == 0, again.stdout
+    assert cli.main(["stubs", "--check"], root=tmp_path) == 1
+    assert "stale: exercises/ex1_toy.py" in capsys.readouterr().out
+    assert cli.main(["stubs"], root=tmp_path) == 0
+    assert "wrote exercises/ex1_toy.py" in capsys.readouterr().out
+    assert cli.main(["stubs", "--check"], root=tmp_path) == 0
+    assert capsys.readouterr().out == "the stubs are up to date (1)\n"
 
 
 @pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.id)
@@ -51,7 +49,7 @@ def test_generated_stub_keeps_the_public_api_and_drops_the_answers(exercise):
     mine, theirs = _functions(stub), _functions(solution)
     solution_tree, stub_tree = ast.parse(solution), ast.parse(stub)
     assert ast.get_docstring(stub_tree) == ast.get_docstring(solution_tree)
-    assert stub.startswith("# Your exercise file") and "python -m kata.stubs" in stub
+    assert stub.startswith("# Your exercise file") and "python grader.py stubs" in stub
     for name, node in theirs.items():
         if not name.startswith("_"):
             assert name in mine, f"public {name} missing from the stub"
