@@ -1,5 +1,5 @@
 # Source of notebooks/ex6_activation_patching.ipynb (jupytext percent format).
-# Edit this file, then run `python -m kata.notebook build`; the .ipynb is generated.
+# Edit this file, then run `python grader.py notebooks`; the .ipynb is generated.
 
 # %% [markdown]
 # # Exercise 6: activation patching, where the model keeps "Paris"

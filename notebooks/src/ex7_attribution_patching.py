@@ -1,5 +1,5 @@
 # Source of notebooks/ex7_attribution_patching.ipynb (jupytext percent format).
-# Edit this file, then run `python -m kata.notebook build`; the .ipynb is generated.
+# Edit this file, then run `python grader.py notebooks`; the .ipynb is generated.
 
 # %% [markdown]
 # # Exercise 7 (bonus): attribution patching, the one-pass estimate and where it fails
