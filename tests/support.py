@@ -287,18 +287,19 @@ def drawn_heatmaps(ax) -> list[Heatmap]:
     from matplotlib.collections import PolyQuadMesh, QuadMesh
     from matplotlib.image import AxesImage
 
+    from kata.remote.figures import mesh_array
+
     if getattr(ax, "_colorbar", None) is not None:
         return []
     ax.get_xlim(), ax.get_ylim()  # the view limits as drawn, before reading directions
     maps = []
     for artist in ax.get_children():
         if isinstance(artist, AxesImage):
-            corners = _image_corners(artist)
+            corners, values = _image_corners(artist), _float_array(artist.get_array())
         elif isinstance(artist, (QuadMesh, PolyQuadMesh)):
-            corners = _mesh_corners(artist)
+            corners, values = _mesh_corners(artist), _float_array(mesh_array(artist))
         else:
             continue
-        values = _float_array(artist.get_array())
         if corners is None:
             continue
         shape = (corners.shape[0] - 1, corners.shape[1] - 1)

@@ -105,11 +105,22 @@ def _is_mesh(collection) -> bool:
     return isinstance(collection, (QuadMesh, PolyQuadMesh))
 
 
+def mesh_array(mesh):
+    """A mesh's values, every cell of them: ``(rows, cols)`` as given (or flattened, row by row).
+
+    matplotlib before 3.10 gives ``pcolor``'s masked cells (NaN included) no place in
+    ``PolyQuadMesh.get_array()``; the base class's ``get_array`` keeps them.
+    """
+    from matplotlib.collections import Collection
+
+    return Collection.get_array(mesh)
+
+
 def _mesh(fig, mesh) -> dict:
     """A mesh: its values (``(rows, cols)``), the coordinates of its cells' corners
     (``(rows + 1, cols + 1, 2)``; for Gouraud shading its vertices, ``(rows, cols, 2)``), its
     shading and colours."""
-    return {"array": _floats(mesh.get_array()), "coordinates": _floats(mesh.get_coordinates()),
+    return {"array": _floats(mesh_array(mesh)), "coordinates": _floats(mesh.get_coordinates()),
             "shading": "gouraud" if getattr(mesh, "_shading", "flat") == "gouraud" else "flat",
             **_colours(fig, mesh)}
 
