@@ -347,11 +347,13 @@ def _mesh_corners(mesh) -> np.ndarray:
 
 
 def _corners_around(centres: np.ndarray, axis: int) -> np.ndarray:
-    """``n`` centres along ``axis`` -> ``n + 1`` edges: the midpoints, and one half-step
-    beyond each end (a single centre gets edges half a unit either side)."""
+    """``n`` centres along ``axis`` (0: rows, 1: columns) -> ``n + 1`` edges: the midpoints,
+    and one half-step beyond each end (a single centre gets edges half a unit below and above
+    it, or left and right)."""
     c = np.moveaxis(centres, axis, 0)
     if len(c) == 1:
-        edges = np.concatenate([c - 0.5, c + 0.5])
+        half = np.array([0.0, 0.5]) if axis == 0 else np.array([0.5, 0.0])  # (x, y)
+        edges = np.concatenate([c - half, c + half])
     else:
         middle = (c[1:] + c[:-1]) / 2
         edges = np.concatenate([2 * c[:1] - middle[:1], middle, 2 * c[-1:] - middle[-1:]])
