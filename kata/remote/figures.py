@@ -55,8 +55,10 @@ def _line(ax, line) -> dict:
 
 
 def _collection(collection) -> dict | None:
-    from matplotlib.collections import LineCollection, PathCollection, PolyCollection, QuadMesh
+    from matplotlib.collections import LineCollection, PathCollection
 
+    if not isinstance(collection, (PathCollection, LineCollection)):
+        return None  # meshes are described apart (_mesh), fills say nothing the tests read
     base = {"label": str(collection.get_label()), "alpha": collection.get_alpha()}
     array = collection.get_array()
     if array is not None:
@@ -74,8 +76,6 @@ def _collection(collection) -> dict | None:
                 "linestyles": [[float(offset or 0.0),
                                 None if dashes is None else [float(d) for d in dashes]]
                                for offset, dashes in collection.get_linestyles()][:5_000]}
-    if isinstance(collection, (QuadMesh, PolyCollection)):
-        return None  # meshes are described apart (_mesh), fills say nothing the tests read
     return None
 
 
