@@ -14,13 +14,17 @@ never from ``solutions/``.
 * reference computations: :func:`reference_hidden_states`, :func:`reference_raw_last_block`,
   :func:`cosine_matrix`, :func:`computed_once`; and, from ``kata/reference.py``,
   :func:`reference_logits`, :func:`reference_log_probs`, :func:`scaled_block_log_probs`;
-* figures: :func:`drawn_points` (the points drawn on an axes, by any artist);
+* figures: :func:`drawn_points` (the points drawn on an axes, by any artist), :func:`drawn_heatmaps`
+  and :func:`heatmap_axes` (the heatmaps drawn on an axes, by ``imshow``, ``matshow``,
+  ``pcolormesh`` or ``pcolor``);
 * fake models: :class:`ToyBlock`, :class:`ToyModel`, :class:`TensorBlock`, :class:`TupleBlock`;
   :class:`CallOnlyTokenizer` (a real tokenizer without ``encode``), all from ``kata/toys.py``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -230,6 +234,136 @@ def line_points(ax) -> list[np.ndarray]:
     return [points for line in ax.lines
             if line.get_linestyle() not in ("None", "none", "", " ")
             for points in _line_xy(ax, line)]
+
+
+@dataclass(frozen=True)
+class Heatmap:
+    """A heatmap drawn on an axes, read the same whatever call drew it.
+
+    ``values`` is ``(rows, cols)`` float64: the 2-D array as the learner passed it, row by row
+    (masked cells NaN). ``corners`` is ``(rows + 1, cols + 1, 2)``: the data coordinates (x, y)
+    of the cells' corners, so cell ``(i, j)`` is the quad ``corners[i:i + 2, j:j + 2]``, wherever
+    the call put it (``imshow``: centred on ``(j, i)``; ``pcolormesh``: on ``(j + 0.5, i + 0.5)``).
+    ``cmap`` is the colormap's name, ``norm`` the artist's norm (``norm(0.0)``: where 0 falls on
+    the colormap, 0 to 1), ``clim`` the colour limits ``(vmin, vmax)``, ``colorbar`` whether a
+    colour bar shows it, ``rows_up`` whether row ``i + 1`` is drawn above row ``i`` on screen.
+    """
+
+    values: np.ndarray
+    corners: np.ndarray
+    cmap: str
+    norm: Callable
+    clim: tuple
+    colorbar: bool
+    rows_up: bool
+
+    @property
+    def centres(self) -> np.ndarray:
+        """``(rows, cols, 2)``: the data coordinates (x, y) of every cell's centre."""
+        c = self.corners
+        return (c[:-1, :-1] + c[1:, :-1] + c[:-1, 1:] + c[1:, 1:]) / 4
+
+    def cell_at(self, x: float, y: float) -> tuple[int, int] | None:
+        """``(row, col)`` of the cell drawn at data point ``(x, y)``, or None outside every cell."""
+        from matplotlib.path import Path
+
+        centres = self.centres
+        distances = np.hypot(centres[..., 0] - x, centres[..., 1] - y)  # (rows, cols)
+        i, j = np.unravel_index(np.nanargmin(distances), distances.shape)
+        quad = self.corners[[i, i, i + 1, i + 1], [j, j + 1, j + 1, j]]  # (4, 2), in order
+        size = np.ptp(quad, axis=0).max()
+        inside = Path(quad).contains_point((x, y), radius=1e-9 * size) or \
+            Path(quad[::-1]).contains_point((x, y), radius=1e-9 * size)
+        return (int(i), int(j)) if inside else None
+
+
+def drawn_heatmaps(ax) -> list[Heatmap]:
+    """Every heatmap drawn on ``ax``, in drawing order, as :class:`Heatmap` records.
+
+    Reads images (``imshow``, ``matshow``) and meshes (``pcolormesh``, ``pcolor``) alike, so a
+    test never demands one plotting call. A colour bar's own axes (which hold a mesh of their
+    own) have none; RGB images are not heatmaps.
+    """
+    from matplotlib.collections import PolyQuadMesh, QuadMesh
+    from matplotlib.image import AxesImage
+
+    from kata.remote.figures import mesh_array
+
+    if getattr(ax, "_colorbar", None) is not None:
+        return []
+    ax.get_xlim(), ax.get_ylim()  # the view limits as drawn, before reading directions
+    maps = []
+    for artist in ax.get_children():
+        if isinstance(artist, AxesImage):
+            corners, values = _image_corners(artist), _float_array(artist.get_array())
+        elif isinstance(artist, (QuadMesh, PolyQuadMesh)):
+            corners, values = _mesh_corners(artist), _float_array(mesh_array(artist))
+        else:
+            continue
+        if corners is None:
+            continue
+        shape = (corners.shape[0] - 1, corners.shape[1] - 1)
+        if values.shape != shape and values.size != shape[0] * shape[1]:
+            continue  # an RGB image or mesh: no heatmap
+        values = values.reshape(shape)  # a mesh may hold its values flattened, row by row
+        maps.append(Heatmap(values, corners, artist.get_cmap().name, artist.norm,
+                            tuple(None if v is None else float(v)
+                                  for v in artist.get_clim()),
+                            getattr(artist, "colorbar", None) is not None,
+                            _rows_go_up(ax, corners)))
+    return maps
+
+
+def heatmap_axes(fig) -> list:
+    """The axes of ``fig`` that show a heatmap (a colour bar's axes shows none)."""
+    return [ax for ax in fig.axes if drawn_heatmaps(ax)]
+
+
+def _float_array(values) -> np.ndarray:
+    """Any array (masked or not) as float64, masked cells NaN."""
+    return np.ma.filled(np.ma.asarray(values, dtype=np.float64), np.nan)
+
+
+def _image_corners(image) -> np.ndarray | None:
+    """``(rows + 1, cols + 1, 2)`` corners of a 2-D image's cells, from its extent and origin:
+    ``origin="upper"`` puts row 0 at the extent's top, ``"lower"`` at its bottom."""
+    shape = np.shape(image.get_array())
+    if len(shape) != 2:
+        return None
+    left, right, bottom, top = (float(v) for v in image.get_extent())
+    first, last = (top, bottom) if image.origin == "upper" else (bottom, top)
+    y = np.linspace(first, last, shape[0] + 1)
+    x = np.linspace(left, right, shape[1] + 1)
+    return np.stack(np.meshgrid(x, y), axis=-1)
+
+
+def _mesh_corners(mesh) -> np.ndarray:
+    """``(rows + 1, cols + 1, 2)`` corners of a mesh's cells. A Gouraud mesh's coordinates are
+    the cells' centres, ``(rows, cols, 2)``: its corners lie half-way between them."""
+    points = _float_array(mesh.get_coordinates())
+    if getattr(mesh, "_shading", "flat") != "gouraud":
+        return points
+    return _corners_around(_corners_around(points, axis=0), axis=1)
+
+
+def _corners_around(centres: np.ndarray, axis: int) -> np.ndarray:
+    """``n`` centres along ``axis`` (0: rows, 1: columns) -> ``n + 1`` edges: the midpoints,
+    and one half-step beyond each end (a single centre gets edges half a unit below and above
+    it, or left and right)."""
+    c = np.moveaxis(centres, axis, 0)
+    if len(c) == 1:
+        half = np.array([0.0, 0.5]) if axis == 0 else np.array([0.5, 0.0])  # (x, y)
+        edges = np.concatenate([c - half, c + half])
+    else:
+        middle = (c[1:] + c[:-1]) / 2
+        edges = np.concatenate([2 * c[:1] - middle[:1], middle, 2 * c[-1:] - middle[-1:]])
+    return np.moveaxis(edges, 0, axis)
+
+
+def _rows_go_up(ax, corners: np.ndarray) -> bool:
+    """Whether the second row edge is drawn above the first on screen (display coordinates)."""
+    first, second = ax.transData.transform(corners[:2, 0])
+    return bool(second[1] > first[1])
 
 
 # ----------------------------------------------------------------------------- fake models

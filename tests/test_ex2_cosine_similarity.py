@@ -30,8 +30,10 @@ from tests.support import (  # noqa: E402
     check_tensor,
     close,
     cosine_matrix,
+    drawn_heatmaps,
     drawn_points,
     expect,
+    heatmap_axes,
     line_points,
     raises_clearly,
     reference_hidden_states,
@@ -493,11 +495,6 @@ def draw(ex, function: str, hidden, chosen: list, *args, **kwargs):
         raise
 
 
-def image_panels(fig) -> list:
-    """The axes that show an image (a colour bar's axes shows none)."""
-    return [ax for ax in fig.axes if ax.images]
-
-
 def check_figure(fig, name: str) -> None:
     expect(isinstance(fig, Figure), "similarity-figure-not-returned",
            f"{name} should return a matplotlib Figure, got {type(fig).__name__}")
@@ -507,7 +504,7 @@ def check_panel_image(ax, k: int, index: int, vectors_of, what: str, argument: s
                       function: str, figure: str) -> None:
     """Panel ``k`` must show the similarity matrix of ``vectors_of(index)``; if it shows that of
     ``vectors_of(k)``, the loop counter took the place of the index its title names."""
-    shown, title = ax.images[0].get_array(), ax.get_title()
+    shown, title = drawn_heatmaps(ax)[0].values, ax.get_title()
     if close(shown, reference_similarity(vectors_of(index))):
         return
     if close(shown, reference_similarity(vectors_of(k))):
@@ -525,16 +522,16 @@ def names_index(title: str, word: str, index: int) -> bool:
 
 
 def panels_of(fig, name: str, n: int, what: str, figure: str) -> list:
-    """The image panels of the figure ``name`` returned, which must be one per ``what``."""
+    """The heatmap panels of the figure ``name`` returned, which must be one per ``what``."""
     check_figure(fig, name)
-    panels = image_panels(fig)
+    panels = heatmap_axes(fig)
     expect(len(panels) == n, f"{figure}-panel-count-wrong",
-           f"expected one image panel per {what} ({n}), got {len(panels)}")
+           f"expected one heatmap panel (ax.imshow) per {what} ({n}), got {len(panels)}")
     return panels
 
 
 def has_colour_bar(panels) -> bool:
-    return any(getattr(image, "colorbar", None) is not None for ax in panels for image in ax.images)
+    return any(heatmap.colorbar for ax in panels for heatmap in drawn_heatmaps(ax))
 
 
 def test_layer_figure_panels_show_the_token_in_their_title(ex, tiny, tmp_path):
@@ -555,17 +552,17 @@ def test_layer_figure_panels_show_the_token_in_their_title(ex, tiny, tmp_path):
 
 def test_layer_figure_colours_axes_and_colour_bar(ex, tiny):
     fig = draw(ex, "plot_layer_similarity", tiny.hidden, [1, 2], tiny.labels)
-    panels = image_panels(fig)
+    panels = heatmap_axes(fig)
     expect(len(panels) == 2, "layer-figure-panel-count-wrong",
-           f"expected one image panel per token (2), got {len(panels)}")
+           f"expected one heatmap panel (ax.imshow) per token (2), got {len(panels)}")
     for ax in panels:
-        image = ax.images[0]
-        expect(tuple(image.get_clim()) == pytest.approx((0.8, 1.0)), "layer-figure-colour-limits",
+        heatmap = drawn_heatmaps(ax)[0]
+        expect(heatmap.clim == pytest.approx((0.8, 1.0)), "layer-figure-colour-limits",
                f"the default colour limits are 0.8 to 1 (vmin=0.8, vmax=1.0), got "
-               f"{image.get_clim()}")
-        expect(image.get_cmap().name == "plasma", "layer-figure-cmap",
-               f"use cmap='plasma', got {image.get_cmap().name!r}")
-        expect(image.origin == "lower", "layer-figure-origin",
+               f"{heatmap.clim}")
+        expect(heatmap.cmap == "plasma", "layer-figure-cmap",
+               f"use cmap='plasma', got {heatmap.cmap!r}")
+        expect(heatmap.rows_up, "layer-figure-origin",
                "put layer 0 at the bottom: imshow(..., origin='lower')")
         expect("layer" in ax.get_xlabel().lower() and "layer" in ax.get_ylabel().lower(),
                "layer-figure-axis-labels", (
@@ -575,8 +572,8 @@ def test_layer_figure_colours_axes_and_colour_bar(ex, tiny):
            "the figure needs a colour bar: fig.colorbar(image, ax=...)")
     plt.close(fig)
     fig = draw(ex, "plot_layer_similarity", tiny.hidden, [1], tiny.labels, vmin=0.0, vmax=0.9)
-    clim = image_panels(fig)[0].images[0].get_clim()
-    expect(tuple(clim) == pytest.approx((0.0, 0.9)), "layer-figure-ignores-vmin-vmax", (
+    clim = drawn_heatmaps(heatmap_axes(fig)[0])[0].clim
+    expect(clim == pytest.approx((0.0, 0.9)), "layer-figure-ignores-vmin-vmax", (
         "plot_layer_similarity(..., vmin=0.0, vmax=0.9) should use those colour limits, "
         f"got {clim}"))
 
@@ -597,23 +594,25 @@ def test_token_figure_panels_show_the_layer_in_their_title(ex, tiny, tmp_path):
 
 def test_token_figure_tick_labels_colours_and_colour_bar(ex, tiny):
     fig = draw(ex, "plot_token_similarity", tiny.hidden, [2], tiny.labels)
-    panels = image_panels(fig)
+    panels = heatmap_axes(fig)
     expect(len(panels) == 1, "token-figure-panel-count-wrong",
-           f"expected one image panel per layer (1), got {len(panels)}")
+           f"expected one heatmap panel (ax.imshow) per layer (1), got {len(panels)}")
     ax = panels[0]
-    image = ax.images[0]
-    expect(tuple(image.get_clim()) == pytest.approx((0.5, 1.0)), "token-figure-colour-limits",
-           f"the default colour limits are 0.5 to 1 (vmin=0.5, vmax=1.0), got {image.get_clim()}")
-    expect(image.get_cmap().name == "plasma", "token-figure-cmap",
-           f"use cmap='plasma', got {image.get_cmap().name!r}")
+    heatmap = drawn_heatmaps(ax)[0]
+    expect(heatmap.clim == pytest.approx((0.5, 1.0)), "token-figure-colour-limits",
+           f"the default colour limits are 0.5 to 1 (vmin=0.5, vmax=1.0), got {heatmap.clim}")
+    expect(heatmap.cmap == "plasma", "token-figure-cmap",
+           f"use cmap='plasma', got {heatmap.cmap!r}")
     for axis, labels in (("x", ax.get_xticklabels()), ("y", ax.get_yticklabels())):
         texts = [label.get_text() for label in labels]
         expect(texts == tiny.labels, "token-figure-tick-labels-wrong", (
             f"the {axis} tick labels should be the {tiny.n_tokens} token strings "
             f"{tiny.labels}, got {texts}"))
-    ticks = list(ax.get_xticks())
-    expect(ticks == list(range(tiny.n_tokens)), "token-figure-ticks-wrong",
-           f"put one x tick on every token, 0 to {tiny.n_tokens - 1}; got {ticks}")
+    ticks = [float(tick) for tick in ax.get_xticks()]
+    columns = [float(x) for x in heatmap.centres[0, :, 0]]  # where each token's column is drawn
+    expect(len(ticks) == len(columns) and np.allclose(ticks, columns), "token-figure-ticks-wrong",
+           f"put one x tick on every token, at the centre of its column ({columns[0]:g} to "
+           f"{columns[-1]:g}; with imshow 0 to {tiny.n_tokens - 1}); got {ticks}")
     rotations = {label.get_rotation() for label in ax.get_xticklabels()}
     expect(rotations == {90.0}, "token-figure-labels-not-rotated",
            f"rotate the x tick labels by 90 degrees (rotation=90), got {rotations}")
@@ -621,8 +620,8 @@ def test_token_figure_tick_labels_colours_and_colour_bar(ex, tiny):
            "the figure needs a colour bar: fig.colorbar(image, ax=...)")
     plt.close(fig)
     fig = draw(ex, "plot_token_similarity", tiny.hidden, [2], tiny.labels, vmin=-1.0, vmax=1.0)
-    clim = image_panels(fig)[0].images[0].get_clim()
-    expect(tuple(clim) == pytest.approx((-1.0, 1.0)), "token-figure-ignores-vmin-vmax", (
+    clim = drawn_heatmaps(heatmap_axes(fig)[0])[0].clim
+    expect(clim == pytest.approx((-1.0, 1.0)), "token-figure-ignores-vmin-vmax", (
         "plot_token_similarity(..., vmin=-1.0, vmax=1.0) should use those colour limits, "
         f"got {clim}"))
 

@@ -35,7 +35,9 @@ from tests.support import (  # noqa: E402
     check_shape,
     check_tensor,
     computed_once,
+    drawn_heatmaps,
     expect,
+    heatmap_axes,
     raises_clearly,
     reference_hidden_states,
 )
@@ -473,9 +475,23 @@ def test_top_tokens_by_layer_rejects_a_position_out_of_range(ex, tiny_gpt2, tiny
 # ----------------------------------------------------------------------------- the lens picture
 
 
-def image_of(ax):
-    assert ax.images, "no image: draw the top log-probabilities with ax.imshow"
-    return np.asarray(ax.images[0].get_array(), float)
+def lens_heatmap(fig):
+    """``(ax, heatmap)``: the logit-lens picture's first heatmap and its axes, by any call."""
+    axes = heatmap_axes(fig)
+    assert axes, "no heatmap in the figure: draw the top log-probabilities with ax.imshow"
+    return axes[0], drawn_heatmaps(axes[0])[0]
+
+
+def cell_texts(ax, heatmap) -> dict:
+    """``{(position, layer): text}``: the texts written inside a cell of ``heatmap`` (column
+    ``position``, row ``layer``), wherever the plotting call centres its cells."""
+    cells = {}
+    for text in ax.texts:
+        x, y = text.get_position()
+        cell = heatmap.cell_at(float(x), float(y))
+        if cell is not None:
+            cells[(cell[1], cell[0])] = text.get_text()
+    return cells
 
 
 def test_plot_logit_lens_colours_and_texts(ex, tiny_gpt2, tiny):
@@ -485,10 +501,8 @@ def test_plot_logit_lens_colours_and_texts(ex, tiny_gpt2, tiny):
     fig = ex.plot_logit_lens(lens, tokenizer, ids)
     try:
         assert isinstance(fig, Figure), f"expected a matplotlib Figure, got {type(fig).__name__}"
-        axes = [ax for ax in fig.axes if ax.images]
-        assert axes, "no image in the figure: draw the top log-probabilities with ax.imshow"
-        ax = axes[0]
-        image = image_of(ax)
+        ax, heatmap = lens_heatmap(fig)
+        image = heatmap.values
         top = lens.max(dim=-1)
         expected = top.values.numpy()
         if image.shape == expected.T.shape and np.allclose(image, expected.T, atol=1e-4):
@@ -505,23 +519,20 @@ def test_plot_logit_lens_colours_and_texts(ex, tiny_gpt2, tiny):
         assert np.allclose(image, expected, atol=1e-4), (
             "the colours should be each cell's top log-probability, lens.max(dim=-1).values"
         )
-        fig.canvas.draw()  # the axes' limits and direction as they are drawn
-        bottom_y = ax.transData.transform((0, 0))[1]  # display y of row 0, the embedding layer
-        top_y = ax.transData.transform((0, n_hidden - 1))[1]  # of the last row, the output
-        expect(top_y > bottom_y, "lens-plot-output-at-bottom", (
+        expect(heatmap.rows_up, "lens-plot-output-at-bottom", (
             "in your picture the output (the last hidden state) is the bottom row and the "
             "embedding layer the top one: imshow puts row 0 at the top unless told otherwise. "
             "Pass origin='lower' to ax.imshow so that row 0 (Emb) is at the bottom and the "
             "layers climb towards the output, as the model computes them"))
-        cells = {}
-        for text in ax.texts:
-            x, y = text.get_position()
-            cells[(round(float(x)), round(float(y)))] = text.get_text()
+        cells = cell_texts(ax, heatmap)
         missing = [(t, i) for i in range(n_hidden) for t in range(n_tokens) if (t, i) not in cells]
-        assert not missing, (
-            f"no text in {len(missing)} of the {n_hidden * n_tokens} cells (e.g. x={missing[0][0]}, "
-            f"y={missing[0][1]}): write each cell's top token with ax.text(position, layer, text)"
-        )
+        if missing:
+            t, i = missing[0]
+            x, y = heatmap.centres[i, t]
+            pytest.fail(
+                f"no text in {len(missing)} of the {n_hidden * n_tokens} cells (e.g. layer {i}, "
+                f"position {t}, drawn around x={x:g}, y={y:g}): write each cell's top token at "
+                "its centre, ax.text(position, layer, text) over ax.imshow")
         wrong = []
         for i in range(n_hidden):
             for t in range(n_tokens):
@@ -549,7 +560,7 @@ def test_plot_logit_lens_labels(ex, tiny_gpt2, tiny):
     lens, ids = tiny["lens"], tiny["ids"]
     fig = ex.plot_logit_lens(lens, tokenizer, ids)
     try:
-        ax = [ax for ax in fig.axes if ax.images][0]
+        ax, _ = lens_heatmap(fig)
         ylabels = [label.get_text() for label in ax.get_yticklabels()]
         assert ylabels == layer_names(lens.shape[0]), (
             f"the rows should be labelled {layer_names(lens.shape[0])}, got {ylabels}"
@@ -575,8 +586,9 @@ def test_plot_logit_lens_is_legible_for_31_layers(ex, tiny_gpt2):
     ids = torch.arange(100, 106)[None]
     fig = ex.plot_logit_lens(lens, tokenizer, ids)
     try:
-        ax = [ax for ax in fig.axes if ax.images][0]
-        assert image_of(ax).shape == (31, 6), "the image should be (31, 6) for 31 layers and 6 positions"
+        ax, heatmap = lens_heatmap(fig)
+        assert heatmap.values.shape == (31, 6), (
+            "the heatmap should be (31, 6) for 31 layers and 6 positions")
         height_points = ax.get_window_extent().height * 72 / fig.dpi
         row_points = height_points / 31
         sizes = [text.get_fontsize() for text in ax.texts]
@@ -980,10 +992,8 @@ def test_secret_logit_lens_figure_of_a_random_lens(ex, tiny_gpt2, secret, figure
     fig = ex.plot_logit_lens(lens, tokenizer, ids)
     assert isinstance(fig, Figure), f"expected a matplotlib Figure, got {type(fig).__name__}"
     figures.append(fig)
-    axes = [ax for ax in fig.axes if ax.images]
-    assert axes, "no image in the figure: draw the top log-probabilities with ax.imshow"
-    ax = axes[0]
-    image = image_of(ax)
+    ax, heatmap = lens_heatmap(fig)
+    image = heatmap.values
     top = lens.max(dim=-1)
     expected = top.values.numpy()
     what = f"the logit-lens picture of a random lens {tuple(lens.shape)}"
@@ -994,16 +1004,10 @@ def test_secret_logit_lens_figure_of_a_random_lens(ex, tiny_gpt2, secret, figure
     assert image.shape == expected.shape and np.allclose(image, expected, atol=1e-4), (
         f"{what}: the image should be each cell's top log-probability, lens.max(dim=-1).values, "
         f"shape {expected.shape}, got shape {image.shape}" + repeat_hint())
-    fig.canvas.draw()
-    bottom_y = ax.transData.transform((0, 0))[1]
-    top_y = ax.transData.transform((0, n_hidden - 1))[1]
-    expect(top_y > bottom_y, "lens-plot-output-at-bottom",
+    expect(heatmap.rows_up, "lens-plot-output-at-bottom",
            f"{what}: the output (the last hidden state) is the bottom row: pass origin='lower' "
            "to ax.imshow" + repeat_hint())
-    cells = {}
-    for text in ax.texts:
-        x, y = text.get_position()
-        cells[(round(float(x)), round(float(y)))] = text.get_text()
+    cells = cell_texts(ax, heatmap)
     for i in range(n_hidden):
         for t in range(n_tokens):
             want = tokenizer.decode([int(top.indices[i, t])]).strip()

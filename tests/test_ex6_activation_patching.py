@@ -30,8 +30,10 @@ from tests.support import (  # noqa: E402
     check_shape,
     check_tensor,
     computed_once,
+    drawn_heatmaps,
     expect,
     figures,  # noqa: F401 - the fixture that closes the figures a test makes
+    heatmap_axes,
     raises_clearly,
     reference_logits,
 )
@@ -504,22 +506,22 @@ def test_plot_patching_effect(ex, figures):
     fig = ex.plot_patching_effect(effect, TOKENS)
     assert isinstance(fig, Figure), f"expected a matplotlib Figure, got {type(fig).__name__}"
     figures.append(fig)
-    axes = [ax for ax in fig.axes if ax.images]
-    assert axes, "no image: draw the map with ax.imshow"
+    axes = heatmap_axes(fig)
+    assert axes, "no heatmap: draw the map with ax.imshow"
     ax = axes[0]
-    image = ax.images[0]
-    array = np.asarray(image.get_array(), float)
+    heatmap = drawn_heatmaps(ax)[0]
+    array = heatmap.values
     if array.shape == (6, 30):
         diagnose("patching-plot-transposed",
                  "the image has the positions as rows: rows are blocks, columns positions, "
                  "shape (n_layers, T)")
     assert array.shape == (30, 6) and np.allclose(array, effect.numpy(), atol=1e-6), (
         "the image should be the map itself, (n_layers, T), row l block l")
-    name = image.get_cmap().name
+    name = heatmap.cmap
     expect(name in DIVERGING, "patching-plot-not-diverging", (
         f"the colormap {name!r} is not diverging: a patch can restore (positive) or hurt "
         "(negative), so use one that is neutral at 0, such as 'RdBu_r' or 'coolwarm'"))
-    norm = image.norm
+    norm = heatmap.norm
     expect(abs(float(norm(0.0)) - 0.5) < 1e-6, "patching-plot-not-centred", (
         f"0 is drawn at {float(norm(0.0)):.2f} of the colormap, not its middle: use vmin=-m, "
         "vmax=m (or matplotlib.colors.CenteredNorm) so that 'no effect' is the neutral colour"))
@@ -669,19 +671,19 @@ def test_secret_figure_draws_a_secret_map(ex, secret, figures):
     expect(isinstance(fig, Figure), "patching-plot-not-a-figure",
            f"plot_patching_effect should return a matplotlib Figure, got {type(fig).__name__}")
     figures.append(fig)
-    axes = [ax for ax in fig.axes if ax.images]
-    expect(bool(axes), "patching-plot-no-image", "no image: draw the map with ax.imshow")
-    ax, image = axes[0], axes[0].images[0]
-    array = np.asarray(image.get_array(), float)
+    axes = heatmap_axes(fig)
+    expect(bool(axes), "patching-plot-no-image", "no heatmap: draw the map with ax.imshow")
+    ax, heatmap = axes[0], drawn_heatmaps(axes[0])[0]
+    array = heatmap.values
     expect(array.shape == (n_layers, n_tokens) and np.allclose(array, expected, atol=1e-5),
            "patching-plot-transposed" if array.shape == (n_tokens, n_layers) else
            "patching-plot-wrong-data",
            f"the image should be the map itself, ({n_layers}, {n_tokens}), row l block l; got "
            f"an image of shape {array.shape}" + repeat_hint())
-    expect(image.get_cmap().name in DIVERGING, "patching-plot-not-diverging",
-           f"the colormap {image.get_cmap().name!r} is not diverging" + repeat_hint())
-    expect(abs(float(image.norm(0.0)) - 0.5) < 1e-6, "patching-plot-not-centred",
-           f"0 is drawn at {float(image.norm(0.0)):.2f} of the colormap, not its middle"
+    expect(heatmap.cmap in DIVERGING, "patching-plot-not-diverging",
+           f"the colormap {heatmap.cmap!r} is not diverging" + repeat_hint())
+    expect(abs(float(heatmap.norm(0.0)) - 0.5) < 1e-6, "patching-plot-not-centred",
+           f"0 is drawn at {float(heatmap.norm(0.0)):.2f} of the colormap, not its middle"
            + repeat_hint())
     xlabels = [label.get_text().strip() for label in ax.get_xticklabels()]
     expect(xlabels == [t.strip() for t in tokens], "patching-plot-token-labels",

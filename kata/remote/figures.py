@@ -2,8 +2,9 @@
 
 A learner's plotting function runs in the grader's sandbox; its figure crosses the boundary as
 :func:`describe` (what is drawn: axes and their positions, titles, labels, limits, scales,
-ticks with their labels and rotation, lines, scatter and line collections, images with their
-colour map, limits and colour bar, bars, texts, legends) and the trusted side draws a real
+ticks with their labels and rotation, lines, scatter and line collections, images and meshes
+(``pcolormesh``, ``pcolor``) with their colour map, norm, limits and colour bar, bars, texts,
+legends; a colour bar's own axes by its link alone) and the trusted side draws a real
 ``Figure`` from it with :func:`rebuild`. The tests then read the rebuilt figure exactly as they
 read the learner's own in one process: what is drawn, whatever the plotting call.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 _NORMS = ("Normalize", "TwoSlopeNorm", "CenteredNorm", "LogNorm", "SymLogNorm", "PowerNorm")
+MAX_MESH_CELLS = 2**20  # cells of one rebuilt mesh: far more than any heatmap of the kata
 
 
 def _floats(values) -> np.ndarray:
@@ -53,8 +55,10 @@ def _line(ax, line) -> dict:
 
 
 def _collection(collection) -> dict | None:
-    from matplotlib.collections import LineCollection, PathCollection, PolyCollection, QuadMesh
+    from matplotlib.collections import LineCollection, PathCollection
 
+    if not isinstance(collection, (PathCollection, LineCollection)):
+        return None  # meshes are described apart (_mesh), fills say nothing the tests read
     base = {"label": str(collection.get_label()), "alpha": collection.get_alpha()}
     array = collection.get_array()
     if array is not None:
@@ -72,23 +76,53 @@ def _collection(collection) -> dict | None:
                 "linestyles": [[float(offset or 0.0),
                                 None if dashes is None else [float(d) for d in dashes]]
                                for offset, dashes in collection.get_linestyles()][:5_000]}
-    if isinstance(collection, (QuadMesh, PolyCollection)):
-        return None  # colour bars and fills: their axes' other artists say what is drawn
     return None
 
 
-def _image(fig, image) -> dict:
-    norm = image.norm
-    colorbar = getattr(image, "colorbar", None)
-    array = image.get_array()
-    return {"array": _floats(array), "extent": [float(v) for v in image.get_extent()],
-            "origin": image.origin, "cmap": image.get_cmap().name,
-            "clim": [float(v) if v is not None else None for v in image.get_clim()],
+def _colours(fig, mappable) -> dict:
+    """How an image or a mesh turns values into colours: colormap, limits, norm, colour bar
+    (the index of its axes in ``fig.axes``)."""
+    norm = mappable.norm
+    colorbar = getattr(mappable, "colorbar", None)
+    return {"cmap": mappable.get_cmap().name,
+            "clim": [float(v) if v is not None else None for v in mappable.get_clim()],
             "norm": type(norm).__name__ if type(norm).__name__ in _NORMS else "Normalize",
             "vcenter": float(norm.vcenter) if getattr(norm, "vcenter", None) is not None else None,
-            "interpolation": str(image.get_interpolation()),
             "colorbar": fig.axes.index(colorbar.ax) if colorbar is not None
             and colorbar.ax in fig.axes else None}
+
+
+def _image(fig, image) -> dict:
+    return {"array": _floats(image.get_array()), "extent": [float(v) for v in image.get_extent()],
+            "origin": image.origin, "interpolation": str(image.get_interpolation()),
+            **_colours(fig, image)}
+
+
+def _is_mesh(collection) -> bool:
+    """A ``pcolormesh`` (QuadMesh) or ``pcolor`` (PolyQuadMesh) mesh."""
+    from matplotlib.collections import PolyQuadMesh, QuadMesh
+
+    return isinstance(collection, (QuadMesh, PolyQuadMesh))
+
+
+def mesh_array(mesh):
+    """A mesh's values, every cell of them: ``(rows, cols)`` as given (or flattened, row by row).
+
+    matplotlib before 3.10 gives ``pcolor``'s masked cells (NaN included) no place in
+    ``PolyQuadMesh.get_array()``; the base class's ``get_array`` keeps them.
+    """
+    from matplotlib.collections import Collection
+
+    return Collection.get_array(mesh)
+
+
+def _mesh(fig, mesh) -> dict:
+    """A mesh: its values (``(rows, cols)``), the coordinates of its cells' corners
+    (``(rows + 1, cols + 1, 2)``; for Gouraud shading its vertices, ``(rows, cols, 2)``), its
+    shading and colours."""
+    return {"array": _floats(mesh_array(mesh)), "coordinates": _floats(mesh.get_coordinates()),
+            "shading": "gouraud" if getattr(mesh, "_shading", "flat") == "gouraud" else "flat",
+            **_colours(fig, mesh)}
 
 
 def _text(ax, text) -> dict:
@@ -112,6 +146,7 @@ def _axes(fig, ax) -> dict:
     from matplotlib.patches import Rectangle
 
     legend = ax.get_legend()
+    colorbar = getattr(ax, "_colorbar", None) is not None  # its mesh is the colour bar's own
     return {
         "position": [float(v) for v in ax.get_position().bounds],
         "titles": {loc: ax.get_title(loc=loc) for loc in ("center", "left", "right")},
@@ -128,6 +163,7 @@ def _axes(fig, ax) -> dict:
         "lines": [_line(ax, line) for line in ax.lines][:2_000],
         "collections": [c for c in (_collection(c) for c in ax.collections) if c][:2_000],
         "images": [_image(fig, image) for image in ax.images][:100],
+        "meshes": [] if colorbar else [_mesh(fig, c) for c in ax.collections if _is_mesh(c)][:100],
         "texts": [_text(ax, t) for t in ax.texts][:2_000],
         "bars": [[float(p.get_x()), float(p.get_y()), float(p.get_width()),
                   float(p.get_height()), _color(p.get_facecolor())]
@@ -216,30 +252,89 @@ def _rebuild_collection(ax, data: dict) -> None:
         collection.set_array(np.asarray(data["array"], dtype=np.float64))
 
 
-def _rebuild_image(fig, ax, data: dict, all_axes: list) -> None:
+def _norm(data: dict):
+    """The norm an image's or a mesh's description names, with its limits (finite or None)."""
     from matplotlib import colors as mcolors
 
-    clim = data.get("clim") or [None, None]
-    vmin, vmax = (float(v) if isinstance(v, (int, float)) else None for v in clim[:2])
+    clim = data.get("clim") if isinstance(data.get("clim"), list) else [None, None]
+    vmin, vmax = (float(v) if isinstance(v, (int, float)) and np.isfinite(v) else None
+                  for v in (clim + [None, None])[:2])
     norm_name = data.get("norm") if data.get("norm") in _NORMS else "Normalize"
-    if norm_name == "TwoSlopeNorm" and isinstance(data.get("vcenter"), float):
-        norm = mcolors.TwoSlopeNorm(data["vcenter"], vmin=vmin, vmax=vmax)
-    elif norm_name in ("Normalize", "TwoSlopeNorm", "CenteredNorm"):
-        norm = mcolors.Normalize(vmin=vmin, vmax=vmax)
-    else:
-        norm = getattr(mcolors, norm_name)(vmin=vmin, vmax=vmax) \
-            if norm_name == "LogNorm" else mcolors.Normalize(vmin=vmin, vmax=vmax)
+    vcenter = data.get("vcenter")
+    if norm_name == "TwoSlopeNorm" and isinstance(vcenter, float) and np.isfinite(vcenter):
+        return mcolors.TwoSlopeNorm(vcenter, vmin=vmin, vmax=vmax)
+    if norm_name == "LogNorm":
+        return mcolors.LogNorm(vmin=vmin, vmax=vmax)
+    return mcolors.Normalize(vmin=vmin, vmax=vmax)
+
+
+def _colormap(data: dict):
+    """The colormap a description names; a name matplotlib does not know (the learner's own
+    colormap) keeps its name on a stand-in, so the tests read the name the learner gave."""
+    import matplotlib
+
+    name = _str(data.get("cmap"), "viridis")[:100]
+    if name in matplotlib.colormaps:
+        return matplotlib.colormaps[name]
+    stand_in = matplotlib.colormaps["viridis"].copy()
+    stand_in.name = name
+    return stand_in
+
+
+def _link_colorbar(fig, mappable, data: dict, ax, all_axes: list) -> None:
+    """The colour bar the description links to ``mappable``: drawn into that axes if it is
+    another axes of the figure that holds no colour bar yet."""
+    index = data.get("colorbar")
+    if type(index) is int and 0 <= index < len(all_axes):
+        cax = all_axes[index]
+        if cax is not ax and getattr(cax, "_colorbar", None) is None:
+            fig.colorbar(mappable, cax=cax)
+
+
+def _rebuild_image(fig, ax, data: dict, all_axes: list) -> None:
     extent = data.get("extent")
     image = ax.imshow(np.asarray(data.get("array"), dtype=np.float64),
-                      cmap=_str(data.get("cmap"), "viridis"), norm=norm,
+                      cmap=_colormap(data), norm=_norm(data),
                       origin=data.get("origin") if data.get("origin") in ("upper", "lower")
                       else "upper",
                       extent=[_num(v) for v in extent] if isinstance(extent, list)
                       and len(extent) == 4 else None,
                       interpolation=_str(data.get("interpolation"), "antialiased"))
-    index = data.get("colorbar")
-    if type(index) is int and 0 <= index < len(all_axes):
-        fig.colorbar(image, cax=all_axes[index])
+    _link_colorbar(fig, image, data, ax, all_axes)
+
+
+def _mesh_values(data: dict) -> tuple[np.ndarray | None, np.ndarray, str]:
+    """A mesh description's values ``(rows, cols)`` (None for colours given per cell, an RGB
+    mesh, which is no heatmap), coordinates and shading, checked.
+
+    Raises ValueError for what no real mesh has: coordinates that are not a finite
+    ``(rows + 1, cols + 1, 2)`` float array (``(rows, cols, 2)`` for Gouraud shading), more
+    than :data:`MAX_MESH_CELLS` cells, values that are not floats.
+    """
+    shading, array, points = data.get("shading"), data.get("array"), data.get("coordinates")
+    if shading not in ("flat", "gouraud") or not isinstance(array, np.ndarray) \
+            or not isinstance(points, np.ndarray) or array.dtype.kind != "f" \
+            or points.dtype.kind != "f":
+        raise ValueError("a mesh of no known form")
+    extra = 1 if shading == "flat" else 0
+    if points.ndim != 3 or points.shape[2] != 2 or min(points.shape[:2]) < 1 + extra:
+        raise ValueError(f"a mesh whose coordinates have the shape {points.shape}")
+    rows, cols = points.shape[0] - extra, points.shape[1] - extra
+    if rows * cols > MAX_MESH_CELLS:
+        raise ValueError(f"a mesh of {rows * cols:,} cells (at most {MAX_MESH_CELLS:,})")
+    if not np.isfinite(points).all():
+        raise ValueError("a mesh with coordinates that are not finite")
+    values = array.astype(np.float64).reshape(rows, cols) if array.size == rows * cols else None
+    return values, points.astype(np.float64), shading
+
+
+def _rebuild_mesh(fig, ax, data: dict, all_axes: list) -> None:
+    values, points, shading = _mesh_values(data)
+    if values is None:
+        return  # an RGB mesh: no heatmap, like the learner's
+    mesh = ax.pcolormesh(points[..., 0], points[..., 1], values, shading=shading,
+                         cmap=_colormap(data), norm=_norm(data))
+    _link_colorbar(fig, mesh, data, ax, all_axes)
 
 
 def rebuild(data: dict):
@@ -260,6 +355,8 @@ def rebuild(data: dict):
             _rebuild_collection(ax, collection)
         for image in axes.get("images", []):
             _rebuild_image(fig, ax, image, all_axes)
+        for mesh in axes.get("meshes", []):
+            _rebuild_mesh(fig, ax, mesh, all_axes)
         for x, y, width, height, color in axes.get("bars", []):
             ax.bar(_num(x) + _num(width) / 2, _num(height), width=_num(width), bottom=_num(y),
                    color=color)

@@ -14,6 +14,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from matplotlib.colors import CenteredNorm, TwoSlopeNorm
 
 from kata.hooks import missing_hook_tables
 from kata.remote.codec import Codec, FrameError, Limits, read_frame, write_frame
@@ -218,3 +219,109 @@ def test_a_sandbox_that_never_starts_is_the_machines_fault(monkeypatch, tmp_path
     row = result.exercises[0]
     assert row.status is Status.ENVIRONMENT_ERROR, (row.status, row.message)
     assert "not yours" in row.message
+
+
+# --------------------------------------------------------------------------- figures as descriptions
+
+
+def figure_roundtrip(fig):
+    """``fig`` described on the learner's side, through the codec, drawn again on the trusted one."""
+    from kata.remote.figures import describe, rebuild
+
+    return rebuild(roundtrip(describe(fig)))
+
+
+def heatmap_reading(fig) -> list:
+    """What the tests read of every heatmap of ``fig`` (``tests.support.drawn_heatmaps``)."""
+    from tests.support import drawn_heatmaps
+
+    return [(np.where(np.isnan(h.values), None, h.values).tolist(),  # NaN: a masked cell
+             h.corners.tolist(), h.cmap, h.clim, float(h.norm(0.0)), h.colorbar, h.rows_up)
+            for ax in fig.axes for h in drawn_heatmaps(ax)]
+
+
+MESHES = {
+    "pcolormesh": lambda ax, a: ax.pcolormesh(a, cmap="RdBu_r", vmin=-6, vmax=6),
+    "coordinates": lambda ax, a: ax.pcolormesh(np.arange(5) * 2.0, [0, 1, 3, 4], a,
+                                               cmap="coolwarm", norm=CenteredNorm()),
+    "gouraud": lambda ax, a: ax.pcolormesh(np.arange(4), np.arange(3), a, shading="gouraud",
+                                           norm=TwoSlopeNorm(0.0)),
+    "pcolor": lambda ax, a: ax.pcolor(np.ma.masked_greater(a, 5), cmap="PiYG", vmin=-6, vmax=6),
+    "imshow": lambda ax, a: ax.imshow(a, cmap="RdBu_r", origin="lower"),
+}
+
+
+@pytest.mark.parametrize("kind", MESHES)
+def test_a_heatmap_crosses_as_it_is_drawn_whatever_the_call(kind):
+    """Values, cell positions, colours, norm and colour bar read the same on both sides; the
+    colour bar's own mesh is no heatmap on either."""
+    import matplotlib.pyplot as plt
+
+    from tests.support import drawn_heatmaps
+
+    fig, (ax, other) = plt.subplots(1, 2)
+    drawn = MESHES[kind](ax, np.arange(12.0).reshape(3, 4) - 5)
+    fig.colorbar(drawn, ax=ax)
+    other.invert_yaxis()
+    other.pcolormesh(np.ones((2, 2)))
+    try:
+        back = figure_roundtrip(fig)
+        assert heatmap_reading(back) == heatmap_reading(fig)
+        assert len(heatmap_reading(fig)) == 2 and not heatmap_reading(fig)[1][-1]  # turned over
+        [bar] = [a for a in back.axes if getattr(a, "_colorbar", None) is not None]
+        assert drawn_heatmaps(bar) == [] and len(back.axes) == len(fig.axes)
+    finally:
+        plt.close(fig)
+
+
+def test_a_colour_bars_own_mesh_is_not_described_as_a_heatmap():
+    import matplotlib.pyplot as plt
+
+    from kata.remote.figures import describe
+
+    fig, ax = plt.subplots()
+    fig.colorbar(ax.pcolormesh(np.eye(3)), ax=ax, label="bar")
+    try:
+        assert [len(axes["meshes"]) for axes in describe(fig)["axes"]] == [1, 0]
+    finally:
+        plt.close(fig)
+
+
+def described_mesh(**changes) -> dict:
+    """A one-axes figure description holding one mesh, with ``changes`` made to the mesh."""
+    mesh = {"array": np.zeros((2, 3)), "coordinates": np.zeros((3, 4, 2)), "shading": "flat",
+            "cmap": "viridis", "clim": [0.0, 1.0], "norm": "Normalize", "vcenter": None,
+            "colorbar": None}
+    mesh["coordinates"][..., 0], mesh["coordinates"][..., 1] = np.meshgrid(np.arange(4.0),
+                                                                           np.arange(3.0))
+    return {"axes": [{"meshes": [{**mesh, **changes}]}]}
+
+
+@pytest.mark.parametrize("changes, why", [
+    ({"coordinates": [[[0.0, 0.0]]]}, "no known form"),  # a list, not an array
+    ({"array": np.zeros((2, 3), dtype=np.int64)}, "no known form"),
+    ({"shading": "nearest"}, "no known form"),  # the learner's side sends flat or gouraud
+    ({"coordinates": np.zeros((3, 4))}, "shape"),
+    ({"coordinates": np.zeros((1, 4, 2))}, "shape"),  # flat: one more corner than cells
+    ({"coordinates": np.full((3, 4, 2), np.inf)}, "not finite"),
+    ({"coordinates": np.zeros((1100, 1000, 2)), "array": np.zeros(1)}, "cells"),
+])
+def test_a_mesh_description_is_checked_before_it_is_drawn(changes, why):
+    from kata.remote.figures import rebuild
+
+    with pytest.raises(ValueError, match=why):
+        rebuild(described_mesh(**changes))
+
+
+def test_a_mesh_description_draws_nothing_it_does_not_hold():
+    """Values that do not fill the cells (an RGB mesh) draw no heatmap; a colour bar link to
+    the mesh's own axes or to no axes draws no colour bar; an unknown colormap keeps its name."""
+    from kata.remote.figures import rebuild
+    from tests.support import drawn_heatmaps
+
+    assert len(rebuild(described_mesh(array=np.zeros((2, 3, 3)))).axes[0].collections) == 0
+    for index in (0, 1, -1, True):
+        fig = rebuild(described_mesh(colorbar=index))
+        assert len(fig.axes) == 1 and not drawn_heatmaps(fig.axes[0])[0].colorbar
+    [heatmap] = drawn_heatmaps(rebuild(described_mesh(cmap="learners_own")).axes[0])
+    assert heatmap.cmap == "learners_own" and heatmap.values.shape == (2, 3)

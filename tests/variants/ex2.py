@@ -293,6 +293,39 @@ def plot_token_similarity(hidden_states, layers, token_labels, vmin=0.5, vmax=1.
     return fig
 '''
 
+# Both similarity figures with pcolormesh: cells centred at (j + 0.5, i + 0.5), the ticks moved
+# there; rows going up, and figure 8 turned over with invert_yaxis to read like imshow's.
+_PCOLORMESH_FIGURES = '''
+def plot_layer_similarity(hidden_states, token_indices, token_labels, vmin=0.8, vmax=1.0):
+    fig, axes = plt.subplots(1, len(token_indices), figsize=(4 * len(token_indices), 4),
+                             squeeze=False, layout="constrained")
+    for ax, t in zip(axes[0], token_indices):
+        mesh = ax.pcolormesh(layer_similarity(hidden_states, t).numpy(), cmap="plasma",
+                             vmin=vmin, vmax=vmax)
+        ax.set_aspect("equal")
+        ax.set_title(f"token {t}: {token_labels[t]!r}")
+        ax.set_xlabel("layer")
+        ax.set_ylabel("layer")
+    fig.colorbar(mesh, ax=axes[0].tolist(), label="cosine similarity")
+    return fig
+
+
+def plot_token_similarity(hidden_states, layers, token_labels, vmin=0.5, vmax=1.0):
+    n = len(token_labels)
+    centres = np.arange(n) + 0.5
+    fig, axes = plt.subplots(1, len(layers), figsize=(4.5 * len(layers), 4.5), squeeze=False,
+                             layout="constrained")
+    for ax, layer in zip(axes[0], layers):
+        mesh = ax.pcolormesh(token_similarity(hidden_states, layer), cmap="plasma", vmin=vmin,
+                             vmax=vmax)
+        ax.invert_yaxis()  # token 0 at the top, as imshow shows it
+        ax.set_title(f"Layer {layer}")
+        ax.set_xticks(centres, token_labels, rotation=90)
+        ax.set_yticks(centres, token_labels)
+    fig.colorbar(mesh, ax=list(axes[0]))
+    return fig
+'''
+
 VARIANTS = [
     Variant(
         id="f-cosine-broadcast",
@@ -348,5 +381,12 @@ VARIANTS = [
         summary="the index tried on range(n) and the IndexError re-raised with the valid range, "
         "np.ravel(axes), plt.xticks(rotation='vertical')",
         code=_REINDEX_ERROR,
+    ),
+    Variant(
+        id="pcolormesh-figures",
+        exercise="ex2",
+        summary="figures 7 and 8 with ax.pcolormesh: cells centred at j + 0.5 and the ticks put "
+        "there, figure 8 turned over with invert_yaxis",
+        code=_PCOLORMESH_FIGURES,
     ),
 ]

@@ -108,4 +108,32 @@ def target_rank_by_layer(lens, target_id, position=-1):
     return torch.tensor(ranks, dtype=torch.int64)
 ''',
     ),
+    Variant(
+        id="pcolormesh-texts-at-cell-centres",
+        exercise="ex5",
+        summary="draws the lens with ax.pcolormesh (rows going up, cells centred at j + 0.5): the "
+                "texts and the ticks at the cells' centres, a colour bar from plt.colorbar",
+        code='''
+def plot_logit_lens(lens, tokenizer, input_ids):
+    top = torch.as_tensor(lens).max(dim=-1)
+    n_rows, n_cols = top.values.shape
+    ids = torch.as_tensor(input_ids).flatten().tolist()
+    fig, ax = plt.subplots(figsize=(0.8 * n_cols + 2.5, 0.3 * n_rows + 1.8))
+    mesh = ax.pcolormesh(top.values.numpy(), cmap="magma")
+    plt.colorbar(mesh, ax=ax, label="top log-probability")
+    for row in range(n_rows):
+        for col in range(n_cols):
+            word = tokenizer.decode([top.indices[row, col].item()])
+            ax.text(col + 0.5, row + 0.5, word[:8], ha="center", va="center", fontsize=6,
+                    color="grey")
+    ax.set_xticks([c + 0.5 for c in range(n_cols)])
+    ax.set_xticklabels([tokenizer.decode([i]) for i in ids], rotation=60)
+    ax.set_yticks([r + 0.5 for r in range(n_rows)])
+    ax.set_yticklabels(["Emb"] + [f"L{r}" for r in range(n_rows - 1)])
+    ax.set_xlabel("Input token")
+    ax.set_ylabel("Layer")
+    fig.tight_layout()
+    return fig
+''',
+    ),
 ]

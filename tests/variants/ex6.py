@@ -232,4 +232,27 @@ def plot_patching_effect(effect, tokens):
     return fig
 ''',
     ),
+    Variant(
+        id="pcolormesh-two-slope-norm",
+        exercise="ex6",
+        summary="draws the map with ax.pcolormesh and a TwoSlopeNorm centred at 0 (cells centred "
+                "at j + 0.5, the ticks put there), seismic colours",
+        code='''
+from matplotlib.colors import TwoSlopeNorm
+
+
+def plot_patching_effect(effect, tokens):
+    data = torch.as_tensor(effect).detach().cpu().numpy()
+    n_layers, n_tokens = data.shape
+    fig, ax = plt.subplots(figsize=(2.5 + 0.6 * n_tokens, 1.6 + 0.26 * n_layers))
+    mesh = ax.pcolormesh(data, cmap="seismic", norm=TwoSlopeNorm(vcenter=0.0))
+    ax.set_xticks([t + 0.5 for t in range(n_tokens)], tokens, rotation=90)
+    ax.set_yticks([l + 0.5 for l in range(n_layers)], [f"L{l}" for l in range(n_layers)])
+    ax.set_xlabel("token")
+    ax.set_ylabel("block")
+    fig.colorbar(mesh, ax=ax, label="0: corrupted, 1: clean")
+    fig.tight_layout()
+    return fig
+''',
+    ),
 ]
