@@ -113,7 +113,10 @@ class LearnerServer:
     """The running :mod:`kata.remote.server`, and the tail of what it wrote to stderr."""
 
     def __init__(self, process: subprocess.Popen):
+        import time
+
         self.process = process
+        self.started = time.time()  # when the sandbox was started (its phases are timed from it)
         self._tail = bytearray()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -129,6 +132,15 @@ class LearnerServer:
 
     def stderr(self) -> str:
         return bytes(self._tail).decode("utf-8", errors="replace")
+
+    def keep_log(self, path: Path) -> None:
+        """Write the tail of its standard error to ``path``, after a line saying when it was
+        started (``kata-learner-phase popen TIME 0``; the benchmarks read the phases there)."""
+        try:
+            path.write_text(f"kata-learner-phase popen {self.started:.3f} 0\n{self.stderr()}",
+                            encoding="utf-8")
+        except OSError:
+            pass
 
     def kill(self) -> None:
         from .runner import kill_group

@@ -444,6 +444,7 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
         run.stderr = tail(work_dir / f"pytest-{n}.err")
         if server is not None:
             run.stderr += "\n" + server.stderr()
+            server.keep_log(work_dir / f"learner-{n}.err")
         _collect(result, run)
         if run.ended == "interrupted":
             _mark_unrecorded(result, pending, Outcome.NOT_RUN,
