@@ -118,17 +118,29 @@ class LearnerServer:
         self.process = process
         self.started = time.time()  # when the sandbox was started (its phases are timed from it)
         self._tail = bytearray()
+        self._ready = threading.Event()  # it said it is ready, or it ended
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
     def _read(self) -> None:
+        from .runner import LEARNER_READY
+
         stream = self.process.stderr
+        ready = LEARNER_READY.encode()
         while True:
             chunk = stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536)
             if not chunk:
+                self._ready.set()
                 return
             self._tail += chunk
+            if not self._ready.is_set() and ready in self._tail:
+                self._ready.set()
             del self._tail[:-STDERR_TAIL]
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait until the server has loaded its models (before any learner file is imported),
+        or has ended, at most ``timeout`` seconds; whether it did."""
+        return self._ready.wait(timeout)
 
     def stderr(self) -> str:
         return bytes(self._tail).decode("utf-8", errors="replace")
