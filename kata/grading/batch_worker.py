@@ -95,7 +95,7 @@ class BatchWorker:
         """A child running ``args`` (its channels are passed on, and stay open here for the
         caller to close); None when the batch's worker cannot give one (the caller starts a
         worker of its own)."""
-        if not self._ready.wait(READY_SECONDS) or self.lost:
+        if not self._wait_ready() or self.lost:
             return None
         with open(error_log, "wb") as log:
             data = json.dumps({"args": args.to_message(), "id": 0}).encode("utf-8")
@@ -116,6 +116,19 @@ class BatchWorker:
         with self._lock:
             self._waiting.pop(request, None)
         return waiter[1]
+
+    def _wait_ready(self) -> bool:
+        """Whether it is warm (or gone) within :data:`READY_SECONDS`; not waiting on once the
+        batch is stopped."""
+        import time
+
+        from .runner import stopping
+
+        waited_until = time.monotonic() + READY_SECONDS
+        while not self._ready.wait(0.2):
+            if stopping() or time.monotonic() > waited_until:
+                return False
+        return True
 
     def close(self) -> None:
         """End the batch's worker and every child it still has."""

@@ -207,8 +207,12 @@ class SharedTrustedSide:
         (folder / "logs").mkdir()
         env = trusted_environment(shared.root, options.threads, options.secret_seed,
                                   shared.references)
-        shared.worker = BatchWorker(shared.root, [(e.id, shared.root / e.tests) for e in exercises],
-                                    env, folder / "logs", options.memory_limit_mb)
+        try:
+            shared.worker = BatchWorker(shared.root,
+                                        [(e.id, shared.root / e.tests) for e in exercises],
+                                        env, folder / "logs", options.memory_limit_mb)
+        except OSError:  # no process could be started: each submission starts its own
+            shared.worker = None
         return shared
 
     def close(self) -> None:
