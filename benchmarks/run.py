@@ -227,7 +227,7 @@ def phase_breakdown(kept: Path) -> dict[str, float]:
             elif len(words) == 3 and words[0] == "kata-learner-cpu":
                 add(f"learner {words[1]}", float(words[2]))
         before = 0.0
-        for name, label in (("started", "interpreter"), ("imports", "imports"),
+        for name, label in (("started", "interpreter and torch"), ("imports", "imports"),
                             ("models", "models")):
             if name in phases:
                 add(f"learner start: {label}", phases[name] - before)
