@@ -114,11 +114,14 @@ def first_blocks(model, n_blocks: int):
 
     from transformers import AutoModelForCausalLM
 
+    from .compat import without_weight_init
+
     config = copy.deepcopy(model.config)
     config.num_hidden_layers = n_blocks
     if getattr(config, "layer_types", None):
         config.layer_types = list(config.layer_types)[:n_blocks]
-    small = AutoModelForCausalLM.from_config(config)
+    with without_weight_init():  # every weight is loaded from ``model`` below
+        small = AutoModelForCausalLM.from_config(config)
     kept = {key: value for key, value in model.state_dict().items()
             if not re.search(r"\.layers\.(\d+)\.", key)
             or int(re.search(r"\.layers\.(\d+)\.", key).group(1)) < n_blocks}

@@ -113,24 +113,36 @@ class LearnerServer:
     """The running :mod:`kata.remote.server`, and the tail of what it wrote to stderr."""
 
     def __init__(self, process: subprocess.Popen):
+        import time
+
         self.process = process
+        self.started = time.time()  # when the sandbox was started (its phases are timed from it)
         self._tail = bytearray()
         self.ready = False  # it said LEARNER_READY (before any learner file ran)
+        self._settled = threading.Event()  # it said it is ready, or it ended
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
     def _read(self) -> None:
+        from .runner import LEARNER_READY
+
         stream = self.process.stderr
+        ready = LEARNER_READY.encode()
         while True:
             chunk = stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536)
             if not chunk:
+                self._settled.set()
                 return
-            if not self.ready:
-                from .runner import LEARNER_READY
-
-                self.ready = LEARNER_READY.encode() in bytes(self._tail[-64:]) + chunk
+            if not self.ready and ready in bytes(self._tail[-64:]) + chunk:
+                self.ready = True  # the master's line: no learner file has run before it
+                self._settled.set()
             self._tail += chunk
             del self._tail[:-STDERR_TAIL]
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait until the server has loaded its models (before any learner file is imported),
+        or has ended, at most ``timeout`` seconds; whether it did."""
+        return self._settled.wait(timeout)
 
     def stderr(self) -> str:
         """The tail of its standard error, which still says it got ready when it did: the
@@ -142,6 +154,15 @@ class LearnerServer:
         if self.ready and LEARNER_READY not in text:
             text = f"{LEARNER_READY}\n{text}"
         return text
+
+    def keep_log(self, path: Path) -> None:
+        """Write the tail of its standard error to ``path``, after a line saying when it was
+        started (``kata-learner-phase popen TIME 0``; the benchmarks read the phases there)."""
+        try:
+            path.write_text(f"kata-learner-phase popen {self.started:.3f} 0\n{self.stderr()}",
+                            encoding="utf-8")
+        except OSError:
+            pass
 
     def kill(self) -> None:
         from .runner import kill_group

@@ -221,6 +221,11 @@ class Recorder:
             config.hook.pytest_deselected(items=removed)
 
     def pytest_collection_finish(self, session):
+        # The records say what failed and why (:meth:`_Describer.facts`); pytest's own report of
+        # each failure (its source lines, found by parsing the test file again for every
+        # traceback entry) went to /dev/null and cost up to half of a failing exercise's time.
+        # Collection errors, reported before this, keep their short tracebacks.
+        self.config.option.tbstyle = "no"
         tests = []
         for item in session.items:
             exercise = exercise_for_test_file(item.path, self.root)

@@ -652,6 +652,12 @@ def remote_exercise(exercise, spec: str, module=None, impl_dir=None) -> RemoteEx
     info = session.module_info
     if isinstance(info.get("import_error"), str):
         raise ImplementationImportError(info["import_error"][:2000])
-    functions = [f for f in info.get("functions", []) if isinstance(f, str)
-                 and f.isidentifier()][:500]
-    return RemoteExercise(session, f"exercises.{exercise.module}", functions)
+    if not hasattr(session, "exercise"):
+        # one object per learner process, as in one process the module is one object: a test
+        # file that keeps the learner's result for the module it came from (``is ex``) keeps
+        # it across its tests (exercise 5's SmolLM2 lens: 134 MiB, computed and sent back
+        # once instead of once per test)
+        functions = [f for f in info.get("functions", []) if isinstance(f, str)
+                     and f.isidentifier()][:500]
+        session.exercise = RemoteExercise(session, f"exercises.{exercise.module}", functions)
+    return session.exercise

@@ -108,9 +108,11 @@ def child_environment(root: Path, threads: int | None = None) -> dict[str, str]:
     kata's forward passes are small, and several threads per process are far slower on a
     crowded machine (grading the stubs on 2 cores: 13 s with one thread, 89 s with two).
     """
+    from .reference_cache import REFERENCE_CACHE_VARIABLE
+
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "KATA_IMPL", "PYTHONSTARTUP",
-                        SECRET_SEED_VARIABLE)}
+                        SECRET_SEED_VARIABLE, REFERENCE_CACHE_VARIABLE)}
     env.update(
         PYTHONPATH=str(root),
         PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",
@@ -119,6 +121,20 @@ def child_environment(root: Path, threads: int | None = None) -> dict[str, str]:
     )
     threads = str(threads or os.environ.get("KATA_TORCH_THREADS") or DEFAULT_THREADS)
     env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, KATA_TORCH_THREADS=threads)
+    return env
+
+
+def trusted_environment(root: Path, threads: int | None, secret_seed: int,
+                        references: Path | None = None) -> dict[str, str]:
+    """The environment of the trusted test processes: :func:`child_environment` with the secret
+    checks' seed and the batch's folder of reference values, which the learner's side never
+    gets."""
+    env = child_environment(root, threads)
+    env[SECRET_SEED_VARIABLE] = str(secret_seed)
+    if references is not None:
+        from .reference_cache import REFERENCE_CACHE_VARIABLE
+
+        env[REFERENCE_CACHE_VARIABLE] = str(references)
     return env
 
 
@@ -273,20 +289,19 @@ def _pytest_command(root: Path, files: list[str], impl: str, record, deselect,
     ]
 
 
-def _worker_command(root: Path, exercises: list, impl: str, record, deselect, basetemp,
-                    timeout: float, lanes: int = 1, remote: dict | None = None) -> list[str]:
-    """The warm worker (:mod:`kata.grading.worker`): one forked pytest session per exercise."""
-    command = [sys.executable, "-m", "kata.grading.worker", "--record", str(record),
-               "--impl", impl, "--deselect", str(deselect), "--basetemp", str(basetemp),
-               "--timeout", str(timeout), "--startup", str(max(STARTUP_SECONDS, timeout)),
-               "--lanes", str(max(1, lanes)),
-               "--tests", *[f"{e.id}={root / e.tests}" for e in exercises]]
-    if remote:
-        command += ["--remote", *[f"{e}={r},{w}" for e, (r, w) in remote.items()]]
-    return command + [
-        "--", "-c", str(root / "pyproject.toml"), "--rootdir", str(root),
-        "-p", "no:cacheprovider", "-q", "--capture=no", "--tb=short", "--color=no",
-        "--continue-on-collection-errors"]
+def _worker_args(root: Path, exercises: list, impl: str, record, deselect, basetemp,
+                 timeout: float, lanes: int = 1, remote: dict | None = None):
+    """The warm worker's arguments (:mod:`kata.grading.worker`: one forked pytest session per
+    exercise), as the record a batch's worker receives."""
+    from .worker import WorkerArgs
+
+    return WorkerArgs(
+        record=str(record), impl=impl, deselect=str(deselect), basetemp=str(basetemp),
+        tests=[(e.id, str(root / e.tests)) for e in exercises], timeout=timeout,
+        startup=max(STARTUP_SECONDS, timeout), lanes=max(1, lanes), remote=dict(remote or {}),
+        pytest=["-c", str(root / "pyproject.toml"), "--rootdir", str(root),
+                "-p", "no:cacheprovider", "-q", "--capture=no", "--tb=short", "--color=no",
+                "--continue-on-collection-errors"])
 
 
 def _watch(process: subprocess.Popen, reader: _EventReader, timeout: float,
@@ -385,7 +400,8 @@ def _crash_description(run: _Process, root: Path, impl: str, module: str | None 
 def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: float = 60.0,
               memory_limit_mb: int = 0, threads: int | None = None,
               warm: bool = False, lanes: int = 1, learner=None,
-              secret_seed: int | None = None) -> RunResult:
+              secret_seed: int | None = None, batch_worker=None,
+              references: Path | None = None) -> RunResult:
     """Run the tests of ``exercises`` (manifest entries) on ``root/impl`` and record every outcome.
 
     Args:
@@ -404,13 +420,20 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
             functions run there (in its sandbox) and the tests here, in the trusted worker.
         secret_seed: the seed of the secret checks' inputs (``tests/secret.py``), in the test
             process's environment only; None: a fresh one. A batch passes one seed for all.
+        batch_worker: with ``warm``, the batch's :class:`kata.grading.batch_worker.BatchWorker`
+            (warm already, its environment the batch's: ``root``, seed, references): the
+            submission's worker is forked from it instead of started. When it cannot give one,
+            or is lost while the submission runs, a worker of the submission's own grades it.
+        references: the batch's folder of shared reference values
+            (:mod:`kata.grading.reference_cache`), in the test process's environment only.
     """
     root, work_dir = Path(root), Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     result = RunResult()
     exercise_of: dict[str, str] = {}
-    env = child_environment(root, threads)
-    env[SECRET_SEED_VARIABLE] = str(fresh_secret_seed() if secret_seed is None else secret_seed)
+    env = trusted_environment(root, threads,
+                              fresh_secret_seed() if secret_seed is None else secret_seed,
+                              references)
     pending = list(exercises)
     while pending and not stopping():
         result.processes += 1
@@ -418,22 +441,27 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
         record, deselect = work_dir / f"record-{n}.jsonl", work_dir / f"deselect-{n}.json"
         deselect.write_text(json.dumps(sorted(result.results)), encoding="utf-8")
         files = [e.tests for e in pending]
-        server, channels, deadline = None, None, None
+        server, channels, deadline, process = None, None, None, None
         if warm:
             if learner is not None:
                 channels, server = learner.start(pending, work_dir, n)
-            command = _worker_command(root, pending, impl, record, deselect,
-                                      work_dir / f"tmp-{n}", timeout, lanes,
-                                      channels.trusted if channels else None)
+            args = _worker_args(root, pending, impl, record, deselect, work_dir / f"tmp-{n}",
+                                timeout, lanes, channels.trusted if channels else None)
+            if batch_worker is not None:
+                if server is not None:
+                    _await_learner(server)
+                process = batch_worker.spawn(args, work_dir / f"pytest-{n}.err")
+            command = [sys.executable, "-m", "kata.grading.worker", *args.argv()]
             # the whole run's deadline: every exercise's limit, in its lane, plus start-up
             rounds = -(-len(pending) // max(1, lanes))
             deadline = time.monotonic() + rounds * (timeout + STARTUP_SECONDS) \
                 + WORKER_GRACE_SECONDS
         else:
             command = _pytest_command(root, files, impl, record, deselect, work_dir / f"tmp-{n}")
-        process = start_child(command, root, env, work_dir, memory_limit_mb,
-                              name=f"pytest-{n}",
-                              pass_fds=channels.trusted_fds if channels else ())
+        if process is None:
+            process = start_child(command, root, env, work_dir, memory_limit_mb,
+                                  name=f"pytest-{n}",
+                                  pass_fds=channels.trusted_fds if channels else ())
         if channels is not None:
             channels.close_trusted()  # the worker holds them now
         try:
@@ -441,9 +469,13 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
         finally:
             if server is not None:
                 learner.stop(server)
+        if getattr(process, "lost", False) and not stopping():
+            batch_worker = None  # the batch's worker went away: grade again with one's own
+            continue
         run.stderr = tail(work_dir / f"pytest-{n}.err")
         if server is not None:
             run.stderr += "\n" + server.stderr()
+            server.keep_log(work_dir / f"learner-{n}.err")
         _collect(result, run)
         if run.ended == "interrupted":
             _mark_unrecorded(result, pending, Outcome.NOT_RUN,
@@ -466,6 +498,17 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
                    and any(t.exercise == e.id and t.nodeid not in result.results
                            for t in result.tests)]
     return result
+
+
+def _await_learner(server) -> None:
+    """Wait until the learner's server has loaded its models (or ended), at most
+    :data:`STARTUP_SECONDS`, unless the batch is stopped: a worker forked from the batch's starts
+    its first test at once, and the exercises' clocks must not run while the sandbox still
+    imports torch and loads the models."""
+    waited_until = time.monotonic() + STARTUP_SECONDS
+    while not server.wait_ready(POLL_SECONDS) and not stopping():
+        if time.monotonic() > waited_until:
+            return
 
 
 def _settle_worker(result: RunResult, run: _Process, pending: list, root: Path, impl: str,

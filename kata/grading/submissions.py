@@ -190,8 +190,48 @@ def submission_names(paths: list[Path]) -> list[str]:
 UNSANDBOXED = "none: graded without a sandbox (--no-sandbox)"
 
 
+@dataclass
+class SharedTrustedSide:
+    """What a batch's submissions share on the trusted side, never on the learner's: one fresh
+    copy of the instructor's kata, the folder of reference values computed once per batch
+    (:mod:`kata.grading.reference_cache`) and the warm worker every submission's worker is
+    forked from (:mod:`kata.grading.batch_worker`)."""
+
+    root: Path  # the batch's trusted copy of the kata (build_trusted_copy)
+    references: Path  # the batch's reference values
+    worker: object | None = None  # a BatchWorker; None: each submission starts its own
+
+    @classmethod
+    def start(cls, instructor_root: Path, exercises: list[Exercise], folder: Path,
+              options: GradingOptions) -> SharedTrustedSide:
+        """Copy the kata into ``folder``, and start the batch's warm worker on the copy."""
+        from .batch_worker import BatchWorker
+        from .runner import trusted_environment
+
+        shared = cls(folder / "kata", folder / "references")
+        build_trusted_copy(instructor_root, shared.root)
+        shared.references.mkdir()
+        (folder / "logs").mkdir()
+        env = trusted_environment(shared.root, options.threads, options.secret_seed,
+                                  shared.references)
+        try:
+            shared.worker = BatchWorker(shared.root,
+                                        [(e.id, shared.root / e.tests) for e in exercises],
+                                        env, folder / "logs", options.memory_limit_mb)
+        except OSError:  # no process could be started: each submission starts its own
+            shared.worker = None
+        return shared
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+
+
 def grade_submission(path: Path, name: str, instructor_root: Path, exercises: list[Exercise],
-                     options: GradingOptions, work_parent: Path | None = None) -> SubmissionResult:
+                     options: GradingOptions, work_parent: Path | None = None,
+                     shared: SharedTrustedSide | None = None) -> SubmissionResult:
+    """Grade one submission across the trust boundary; ``shared``: the batch's trusted side
+    (else a copy of the kata and a worker of its own)."""
     from .learner_box import LearnerBox, build_learner_box
 
     started = time.monotonic()
@@ -199,8 +239,11 @@ def grade_submission(path: Path, name: str, instructor_root: Path, exercises: li
     box = None
     try:
         files, missing = exercise_files(path, exercises)
-        trusted = work / "kata"
-        build_trusted_copy(instructor_root, trusted)
+        if shared is None:
+            trusted = work / "kata"
+            build_trusted_copy(instructor_root, trusted)
+        else:
+            trusted = shared.root
         build_learner_box(instructor_root, work / "learner", files)
         os.chmod(work, 0o755)  # the learner's folder is bound in for an unprivileged uid
         to_run = [e for e in exercises if e.id not in missing]
@@ -214,7 +257,9 @@ def grade_submission(path: Path, name: str, instructor_root: Path, exercises: li
         run = run_tests(trusted, to_run, "exercises", work / "logs", options.timeout,
                         options.memory_limit_mb, options.threads, warm=True,
                         lanes=options.lanes or default_lanes(1), learner=learner,
-                        secret_seed=options.secret_seed)
+                        secret_seed=options.secret_seed,
+                        batch_worker=shared.worker if shared is not None else None,
+                        references=shared.references if shared is not None else None)
         run.environment["sandbox"] = box.caps if box is not None else UNSANDBOXED
         return summarize(exercises, run, missing, name, time.monotonic() - started)
     finally:
@@ -323,11 +368,14 @@ def grade_batch(paths: list[Path], instructor_root: Path, exercises: list[Exerci
     batch_work = Path(tempfile.mkdtemp(prefix="kata-batch-"))
     os.chmod(batch_work, 0o755)  # each learner's folder in it is bound in for an unprivileged uid
     stop = _StopOnSignal()
+    shared = None
     try:
+        shared = SharedTrustedSide.start(instructor_root, exercises, batch_work / "trusted",
+                                         options)
         with stop, ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             futures = {
                 pool.submit(_unless_stopped, grade_submission, path, name, instructor_root,
-                            exercises, options, batch_work): name
+                            exercises, options, batch_work, shared): name
                 for path, name in zip(paths, names)
             }
             for future in as_completed(futures):
@@ -339,6 +387,8 @@ def grade_batch(paths: list[Path], instructor_root: Path, exercises: list[Exerci
                 if on_result is not None and not (stopping() and results[name].interrupted):
                     on_result(results[name])
     finally:
+        if shared is not None:
+            shared.close()
         if not options.keep:
             shutil.rmtree(batch_work, ignore_errors=True)
     for name in names:
@@ -346,13 +396,13 @@ def grade_batch(paths: list[Path], instructor_root: Path, exercises: list[Exerci
     return [results[name] for name in names]
 
 
-def _unless_stopped(grade, path, name, instructor_root, exercises, options, batch_work):
+def _unless_stopped(grade, path, name, instructor_root, exercises, options, batch_work, shared):
     """Grade one submission, unless the batch was stopped before its turn came."""
     from .runner import stopping
 
     if stopping():
         return _not_graded(name, exercises)
-    result = grade(path, name, instructor_root, exercises, options, batch_work)
+    result = grade(path, name, instructor_root, exercises, options, batch_work, shared)
     if stopping():  # stopped while it ran: what it got so far is not its grade
         return _not_graded(name, exercises)
     return result

@@ -22,6 +22,12 @@ Nothing of the learner's runs in this process or its children, so nothing here n
 from it: the records it writes are the grade. The worker writes ``{"event": "worker_done"}``
 last.
 
+A batch runs one such worker for all its submissions (``--serve FD``, :func:`serve`, started by
+:class:`kata.grading.batch_worker.BatchWorker`): it warms up once, then, for each submission the
+grader asks for over the socket ``FD`` (a :class:`WorkerArgs` and its descriptors: the error log,
+the channels to that submission's sandbox), forks a child that runs :func:`main` as a worker of
+its own would, in its own process group, and says when each child ends and how.
+
 It parses its own few arguments (:func:`main`) because only the grader's runner starts it, in a
 process of its own; no person types it, so it is not a subcommand of ``grader.py``.
 """
@@ -32,13 +38,62 @@ import argparse
 import json
 import os
 import signal
+import socket
 import sys
 import time
+from dataclasses import asdict, dataclass, field
 
 #: the child's exit status when its pytest session returned normally: NORMAL_EXIT + pytest's code
 NORMAL_EXIT = 100
 #: fixtures of the kata's plugin that load a session model, and the model each loads
 MODEL_FIXTURES = {"tiny_gpt2": "tiny-gpt2", "smollm2": "smollm2"}
+
+
+@dataclass
+class WorkerArgs:
+    """What one submission's worker runs: its command line, as a record the grader builds and a
+    batch's worker receives (:func:`serve`)."""
+
+    record: str  # the record file (JSON lines) the children write
+    impl: str  # "exercises" or "solutions"
+    deselect: str  # a JSON list of node ids already graded
+    basetemp: str  # pytest's basetemp, one per exercise: BASETEMP-<exercise id>
+    tests: list[tuple[str, str]]  # (exercise id, test file), in order
+    timeout: float  # seconds per exercise, from its first test
+    startup: float  # seconds a child may take to start its first test
+    lanes: int  # children at a time
+    remote: dict[str, tuple[int, int]] = field(default_factory=dict)  # id -> (read, write) fds
+    pytest: list[str] = field(default_factory=list)  # pytest's own options
+
+    def argv(self) -> list[str]:
+        """The arguments :func:`main` parses."""
+        args = ["--record", self.record, "--impl", self.impl, "--deselect", self.deselect,
+                "--basetemp", self.basetemp, "--timeout", str(self.timeout),
+                "--startup", str(self.startup), "--lanes", str(max(1, self.lanes)),
+                "--tests", *[f"{e}={path}" for e, path in self.tests]]
+        if self.remote:
+            args += ["--remote", *[f"{e}={r},{w}" for e, (r, w) in self.remote.items()]]
+        return args + ["--", *self.pytest]
+
+    def fds(self) -> list[int]:
+        """The channels' descriptors, in the order :meth:`to_message` numbers them."""
+        return [fd for pair in self.remote.values() for fd in pair]
+
+    def to_message(self) -> dict:
+        """A JSON-able form; each channel's descriptors become their places in :meth:`fds`."""
+        message = asdict(self)
+        places = iter(range(len(self.fds())))
+        message["remote"] = {e: [next(places), next(places)] for e in self.remote}
+        return message
+
+    @classmethod
+    def from_message(cls, message: dict, fds: list[int]) -> WorkerArgs:
+        """The arguments again, with the descriptors this process received in the places'
+        order."""
+        args = cls(**{k: v for k, v in message.items() if k != "remote"})
+        args.tests = [tuple(pair) for pair in args.tests]
+        args.remote = {e: (fds[r], fds[w]) for e, (r, w) in message.get("remote", {}).items()}
+        return args
 
 
 def models_wanted(test_files: list[str]) -> list[str]:
@@ -286,6 +341,145 @@ def main(argv: list[str] | None = None) -> int:
     os._exit(0)
 
 
+# --------------------------------------------------------------------------- a batch's worker
+
+#: Largest request the grader sends a batch's worker (a WorkerArgs as JSON), and most descriptors.
+MAX_REQUEST_BYTES = 1 << 20
+MAX_REQUEST_FDS = 64
+#: How often a batch's worker looks for ended children while it waits for requests.
+SERVE_POLL_SECONDS = 0.05
+
+
+def _die_with_parent() -> None:
+    """SIGKILL this process when its parent ends (Linux; elsewhere nothing)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - not Linux: the grader kills what it started
+        pass
+
+
+def kill_process_group(pid: int) -> None:
+    """SIGKILL the process group ``pid`` leads (a submission's worker and its children), if it
+    is still there."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _send(channel: socket.socket, message: dict) -> None:
+    channel.send(json.dumps(message).encode("utf-8"))
+
+
+def _fork_submission(channel: socket.socket, args: WorkerArgs, error_log: int) -> int:
+    """A child in a process group of its own that runs :func:`main` on ``args`` (its standard
+    output nowhere, its standard error into ``error_log``); returns its pid."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        try:
+            os.setpgid(pid, pid)  # also here: the grader may kill the group before the child runs
+        except OSError:
+            pass
+        return pid
+    code = 1
+    try:
+        os.setpgid(0, 0)
+        channel.close()
+        _die_with_parent()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(error_log, 2)
+        os.close(devnull)
+        os.close(error_log)
+        code = main(args.argv())
+    except BaseException:  # noqa: BLE001 - whatever happened, the child ends here
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def _reap(channel: socket.socket, children: set[int]) -> None:
+    """Tell the grader how each child that ended did (``returncode`` as subprocess gives it:
+    the exit status, or minus the signal)."""
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        children.discard(pid)
+        _send(channel, {"exited": pid, "returncode": os.waitstatus_to_exitcode(status)})
+
+
+def serve(channel_fd: int, test_files: list[str], record: str | None = None) -> int:
+    """A batch's trusted worker: warm up once, then fork one child per submission asked for.
+
+    Requests come over the socket ``channel_fd`` (``SOCK_SEQPACKET``): ``{"id", "args"}`` (a
+    :class:`WorkerArgs` as :meth:`WorkerArgs.to_message` writes it) with the descriptors: the
+    error log first, then the channels. Replies: ``{"ready", "seconds", "cpu"}`` once warm,
+    ``{"spawned": id, "pid"}`` per request and ``{"exited": pid, "returncode"}`` per child.
+    When the grader closes the socket (or dies), every child's process group is killed.
+    """
+    import resource
+
+    started = time.time()
+    _die_with_parent()
+    warm_up(test_files)
+    _no_dumping()
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    warm = {"seconds": round(time.time() - started, 2), "cpu": round(own.ru_utime + own.ru_stime, 2)}
+    if record:
+        with open(record, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"event": "batch_warm", "time": round(time.time(), 3), **warm})
+                         + "\n")
+    channel = socket.socket(fileno=channel_fd)
+    channel.settimeout(SERVE_POLL_SECONDS)
+    _send(channel, {"ready": True, **warm})
+    children: set[int] = set()
+    while True:
+        _reap(channel, children)
+        try:
+            data, fds, _, _ = socket.recv_fds(channel, MAX_REQUEST_BYTES, MAX_REQUEST_FDS)
+        except (socket.timeout, BlockingIOError, InterruptedError):
+            continue
+        except OSError:
+            data, fds = b"", []
+        if not data:  # the grader is gone or done
+            for pid in children:
+                kill_process_group(pid)
+            os._exit(0)
+        request = None
+        try:
+            request = json.loads(data)
+            args = WorkerArgs.from_message(request["args"], fds[1:])
+            pid = _fork_submission(channel, args, fds[0])
+        except Exception as error:  # noqa: BLE001 - a request it cannot run: say so, go on
+            _send(channel, {"spawned": request.get("id") if isinstance(request, dict) else None,
+                            "error": f"{type(error).__name__}: {error}"[:500]})
+        else:
+            children.add(pid)
+            _send(channel, {"spawned": request["id"], "pid": pid})
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+
+def _serve_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="kata.grading.worker --serve")
+    parser.add_argument("--serve", type=int, required=True, metavar="FD")
+    parser.add_argument("--record", default=None)
+    parser.add_argument("--tests", nargs="*", default=[], metavar="EX=FILE")
+    args = parser.parse_args(argv)
+    return serve(args.serve, [item.split("=", 1)[1] for item in args.tests], args.record)
+
+
 def _fd_of(path: str | None) -> int | None:
     """``/dev/fd/N`` -> N; a real path is opened for appending."""
     if path is None:
@@ -296,4 +490,4 @@ def _fd_of(path: str | None) -> int | None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_serve_main(sys.argv[1:]) if "--serve" in sys.argv[1:2] else main())

@@ -20,6 +20,11 @@ computations, no solutions, no grading code. It
 3. caps each child's CPU time (``RLIMIT_CPU``): a child stuck in a loop dies on its own, and
    the grader's deadline kills the whole sandbox anyway.
 
+On its standard error it says when each phase of its start ended and the CPU seconds it had used
+(``kata-learner-phase started|imports|models TIME CPU``), and how many CPU seconds each
+exercise's child used (``kata-learner-cpu EXERCISE CPU``): figures for the grader's benchmarks,
+never for a grade (the learner's code can write there too).
+
 Verdicts are never computed here: whatever this process sends is data the trusted side checks.
 
 It parses its own few arguments (:func:`main`) because only the grader starts it, inside the
@@ -38,6 +43,7 @@ import pickle
 import resource
 import signal
 import sys
+import time
 import traceback
 import types
 from pathlib import Path
@@ -539,7 +545,15 @@ def _serve_exercise(models: Models, root: Path, module: str, read_fd: int, write
     return 0
 
 
+def _say_phase(name: str) -> None:
+    """When a phase of the start ended (wall clock) and the CPU seconds used so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    sys.stderr.write(f"kata-learner-phase {name} {time.time():.3f} "
+                     f"{usage.ru_utime + usage.ru_stime:.2f}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
+    _say_phase("started")  # the interpreter, and this module's imports
     parser = argparse.ArgumentParser(prog="kata.remote.server")
     parser.add_argument("--root", required=True, help="the folder holding exercises/")
     parser.add_argument("--channel", action="append", default=[],
@@ -556,6 +570,7 @@ def main(argv: list[str] | None = None) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot  # noqa: F401
 
+    _say_phase("imports")
     root = Path(args.root)
     sys.path.insert(0, str(root))
     models = Models()
@@ -564,6 +579,7 @@ def main(argv: list[str] | None = None) -> int:
     except MachineFault as error:  # before the ready line: the grader blames the machine
         sys.stderr.write(f"kata-learner-failed: {error}\n")
         return 1
+    _say_phase("models")
     _no_dumping()
     sys.stderr.write("kata-learner-ready\n")  # kata.grading.runner.LEARNER_READY
     sys.stderr.flush()
@@ -594,12 +610,14 @@ def main(argv: list[str] | None = None) -> int:
         os.close(write_fd)
     while children:  # say how each ended: the grader names a crash by its signal
         try:
-            pid, status = os.wait()
+            pid, status, usage = os.wait4(-1, 0)
         except ChildProcessError:
             break
         exercise_id = children.pop(pid, None)
         if exercise_id is None:
             continue
+        sys.stderr.write(f"kata-learner-cpu {exercise_id} "
+                         f"{usage.ru_utime + usage.ru_stime:.2f}\n")
         if os.WIFSIGNALED(status):
             ended = f"signal {os.WTERMSIG(status)}"
         else:
