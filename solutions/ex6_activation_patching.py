@@ -322,7 +322,8 @@ def plot_patching_effect(effect, tokens):
     effect = torch.as_tensor(effect).detach().float().cpu()
     n_layers, n_tokens = effect.shape
     limit = max(1.0, float(effect.abs().max()))
-    fig, ax = plt.subplots(figsize=(2 + 0.6 * n_tokens, max(4.0, 1.5 + 0.25 * n_layers)))
+    fig, ax = plt.subplots(figsize=(2 + 0.6 * n_tokens, max(4.0, 1.5 + 0.25 * n_layers)),
+                           layout="constrained")
     image = ax.imshow(effect.numpy(), cmap="RdBu_r", vmin=-limit, vmax=limit, origin="lower",
                       aspect="auto")
     ax.set_xticks(range(n_tokens), list(tokens), rotation=90)
@@ -331,5 +332,4 @@ def plot_patching_effect(effect, tokens):
     ax.set_ylabel("Block")
     ax.set_title("Clean answer restored by patching one hidden state")
     fig.colorbar(image, ax=ax, label="restored: 0 corrupted, 1 clean")
-    fig.tight_layout()
     return fig

@@ -58,12 +58,16 @@ def prompts(tokenizer):
 
 
 def subject_prompts(tokenizer):
-    """The pair cut to its subjects, "The Eiffel Tower" / "The Colosseum" (4 tokens each), for
-    SmolLM2's first 4 blocks: there the subjects alone separate " Paris" from " Rome" by 5.8 (the
-    whole prompts by only 0.37, which the normalisation would divide by), and the loop runs 16
-    forward passes of 4 tokens instead of 40 of 10."""
+    """The pair cut to its subjects, "The Eiffel Tower" / "The Colosseum": up to the position
+    from which the two prompts are the same tokens (4 in SmolLM2, 5 in GPT-2). The subjects alone
+    separate " Paris" from " Rome" far better than the whole prompts (by 5.8 against 0.37 on
+    SmolLM2's first 4 blocks, 0.60 against 0.016 on the tiny GPT-2), and the normalisation divides
+    by that; the loop also runs fewer, shorter passes (4 x 4 on SmolLM2's first blocks, 4 x 5 on
+    the tiny GPT-2, instead of 4 x 10 and 4 x 11)."""
     clean, corrupted, good, bad = prompts(tokenizer)
-    return clean[:, :4], corrupted[:, :4], good, bad
+    differ = (clean[0] != corrupted[0]).nonzero()
+    end = int(differ.max()) + 1
+    return clean[:, :end], corrupted[:, :end], good, bad
 
 
 def reference(model, tokenizer, name, pair=prompts):
@@ -76,7 +80,7 @@ def reference(model, tokenizer, name, pair=prompts):
 
 @pytest.fixture(scope="module")
 def tiny(tiny_gpt2):
-    return reference(*tiny_gpt2, "tiny-gpt2")
+    return reference(*tiny_gpt2, "tiny-gpt2-subjects", subject_prompts)
 
 
 @pytest.fixture(scope="module")
