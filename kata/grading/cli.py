@@ -286,32 +286,35 @@ def translate_legacy(argv: list[str]) -> tuple[list[str], list[str]]:
                                  "cannot be combined; use one subcommand")
     flag = found[0]
     command, count = LEGACY[flag]
-    rest, values, i = [], [], 0
-    while i < len(argv):
-        argument = argv[i]
-        name, equals, value = argument.partition("=")
-        if name != flag:
-            rest.append(argument)
-            i += 1
-            continue
-        if equals:
-            values.append(value)
-            i += 1
-        elif count == 1:
-            if i + 1 >= len(argv):
-                raise learner.UsageError(f"grader.py: {flag} needs a value")
-            values.append(argv[i + 1])
-            i += 2
-        else:
-            i += 1
-            if count == "+":  # the paths that follow, up to the next option
-                while i < len(argv) and not argv[i].startswith("-"):
-                    values.append(argv[i])
-                    i += 1
+    if count == 1:
+        rest, value = _take_option(argv, flag)
+        if value is None:
+            raise learner.UsageError(f"grader.py: {flag} needs a value")
+        values = [value]
+    else:
+        rest, values = _take_flag(argv, flag, with_paths=count == "+")
     example = " ".join(["python grader.py", command, *(values[:1] if count else [])])
     notice = (f"grader.py: {flag} is deprecated and will go; use `{example}"
               f"{' ...' if count == '+' and len(values) > 1 else ''}`")
     return [command, *values, *rest], [notice]
+
+
+def _take_flag(argv: list[str], flag: str, with_paths: bool) -> tuple[list[str], list[str]]:
+    """``argv`` without ``flag`` (and, ``with_paths``, the paths that follow it up to the next
+    option), and the values it took (those paths, or ``flag=VALUE``'s)."""
+    rest, paths, i = [], [], 0
+    while i < len(argv):
+        name, equals, given = argv[i].partition("=")
+        i += 1
+        if name != flag:
+            rest.append(argv[i - 1])
+        elif equals:
+            paths.append(given)
+        elif with_paths:
+            while i < len(argv) and not argv[i].startswith("-"):
+                paths.append(argv[i])
+                i += 1
+    return rest, paths
 
 
 def normalise(argv: list[str]) -> tuple[list[str], list[str]]:
