@@ -79,9 +79,7 @@ def load_or_compute(key, compute: Callable[[], Any]) -> Any:
     path = path_of(folder, key)
     try:
         return torch.load(path, weights_only=True)
-    except FileNotFoundError:
-        pass
-    except Exception:  # noqa: BLE001 - an unreadable copy: compute it again
+    except Exception:  # noqa: BLE001 - not computed yet, or an unreadable copy: compute it here
         pass
     value = compute()
     if is_plain(value):
