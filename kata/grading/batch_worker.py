@@ -98,15 +98,14 @@ class BatchWorker:
         if not self._wait_ready() or self.lost:
             return None
         with open(error_log, "wb") as log:
-            data = json.dumps({"args": args.to_message(), "id": 0}).encode("utf-8")
-            if len(data) > MAX_REQUEST_BYTES:
-                return None
             with self._lock:
                 self._next_id += 1
                 request = self._next_id
+                data = json.dumps({"args": args.to_message(), "id": request}).encode("utf-8")
+                if len(data) > MAX_REQUEST_BYTES:
+                    return None
                 waiter = [threading.Event(), None]
                 self._waiting[request] = waiter
-                data = json.dumps({"args": args.to_message(), "id": request}).encode("utf-8")
                 try:
                     socket.send_fds(self._socket, [data], [log.fileno(), *args.fds()])
                 except OSError:
