@@ -194,17 +194,20 @@ UNSANDBOXED = "none: graded without a sandbox (--no-sandbox)"
 class SharedTrustedSide:
     """What a batch's submissions share on the trusted side, never on the learner's: one fresh
     copy of the instructor's kata, the folder of reference values computed once per batch
-    (:mod:`kata.grading.reference_cache`) and the warm worker every submission's worker is
-    forked from (:mod:`kata.grading.batch_worker`)."""
+    (:mod:`kata.grading.reference_cache`), the warm worker every submission's worker is
+    forked from (:mod:`kata.grading.batch_worker`) and the one run of the untouched stubs
+    (:mod:`kata.grading.untouched`)."""
 
     root: Path  # the batch's trusted copy of the kata (build_trusted_copy)
     references: Path  # the batch's reference values
     worker: object | None = None  # a BatchWorker; None: each submission starts its own
+    stubs: object | None = None  # an untouched.StubRun; None: every exercise is run
 
     @classmethod
     def start(cls, instructor_root: Path, exercises: list[Exercise], folder: Path,
-              options: GradingOptions) -> SharedTrustedSide:
-        """Copy the kata into ``folder``, and start the batch's warm worker on the copy."""
+              options: GradingOptions, paths: list[Path] = ()) -> SharedTrustedSide:
+        """Copy the kata into ``folder``, start the batch's warm worker on the copy, and plan
+        the one run of the stubs the submissions at ``paths`` hand in untouched."""
         from .batch_worker import BatchWorker
         from .runner import trusted_environment
 
@@ -220,6 +223,8 @@ class SharedTrustedSide:
                                         env, folder / "logs", options.memory_limit_mb)
         except OSError:  # no process could be started: each submission starts its own
             shared.worker = None
+        shared.stubs = _stub_run(instructor_root, exercises, paths, options, shared,
+                                 folder.parent)
         return shared
 
     def close(self) -> None:
@@ -227,18 +232,43 @@ class SharedTrustedSide:
             self.worker.close()
 
 
-def grade_submission(path: Path, name: str, instructor_root: Path, exercises: list[Exercise],
-                     options: GradingOptions, work_parent: Path | None = None,
-                     shared: SharedTrustedSide | None = None) -> SubmissionResult:
-    """Grade one submission across the trust boundary; ``shared``: the batch's trusted side
-    (else a copy of the kata and a worker of its own)."""
+def _stub_run(instructor_root: Path, exercises: list[Exercise], paths, options: GradingOptions,
+              shared: SharedTrustedSide, batch_work: Path):
+    """The batch's one run of the stubs that two or more of the submissions at ``paths`` hand
+    in untouched (:class:`kata.grading.untouched.StubRun`), or None when none is."""
+    from .untouched import StubRun, stub_sources, worth_a_run
+
+    sources = worth_a_run(stub_sources(instructor_root, exercises), _handed_in(paths, exercises))
+    graded = [e for e in exercises if e.module in sources]
+
+    def grade_stubs(files: dict[str, bytes]):
+        return run_learner_files(files, graded, instructor_root, batch_work / "stubs", options,
+                                 shared, hide=[instructor_root, batch_work])
+
+    return StubRun(sources, grade_stubs) if sources else None
+
+
+def _handed_in(paths, exercises: list[Exercise]):
+    """Each submission's exercise files ({module: source}); none for one that cannot be read
+    (its own grading says why)."""
+    for path in paths:
+        try:
+            yield exercise_files(Path(path), exercises)[0]
+        except Exception:  # noqa: BLE001 - a broken archive is that submission's problem
+            yield {}
+
+
+def run_learner_files(files: dict[str, bytes], exercises: list[Exercise], instructor_root: Path,
+                      work: Path, options: GradingOptions, shared: SharedTrustedSide | None,
+                      hide: list[Path]):
+    """Run the tests of ``exercises`` on the learner's ``files`` ({module: source}) across the
+    trust boundary: the files in a learner box under ``work`` (in a sandbox hiding ``hide``
+    when ``options.sandbox``), the tests on the trusted side. Returns the
+    :class:`~kata.grading.runner.RunResult`."""
     from .learner_box import LearnerBox, build_learner_box
 
-    started = time.monotonic()
-    work = Path(tempfile.mkdtemp(prefix=f"kata-grade-{_safe(name)[:40]}-", dir=work_parent))
     box = None
     try:
-        files, missing = exercise_files(path, exercises)
         if shared is None:
             trusted = work / "kata"
             build_trusted_copy(instructor_root, trusted)
@@ -246,25 +276,52 @@ def grade_submission(path: Path, name: str, instructor_root: Path, exercises: li
             trusted = shared.root
         build_learner_box(instructor_root, work / "learner", files)
         os.chmod(work, 0o755)  # the learner's folder is bound in for an unprivileged uid
-        to_run = [e for e in exercises if e.id not in missing]
         if options.sandbox:
             from .sandbox import Sandbox
 
-            hide = [instructor_root, work_parent or work, path, *options.hide]
-            box = Sandbox.create(hide, options.memory_limit_mb)
-        learner = LearnerBox(work / "learner", {e.id: e.module for e in to_run}, box,
+            box = Sandbox.create([*hide, *options.hide], options.memory_limit_mb)
+        learner = LearnerBox(work / "learner", {e.id: e.module for e in exercises}, box,
                              options.timeout, options.threads)
-        run = run_tests(trusted, to_run, "exercises", work / "logs", options.timeout,
+        run = run_tests(trusted, exercises, "exercises", work / "logs", options.timeout,
                         options.memory_limit_mb, options.threads, warm=True,
                         lanes=options.lanes or default_lanes(1), learner=learner,
                         secret_seed=options.secret_seed,
                         batch_worker=shared.worker if shared is not None else None,
                         references=shared.references if shared is not None else None)
         run.environment["sandbox"] = box.caps if box is not None else UNSANDBOXED
-        return summarize(exercises, run, missing, name, time.monotonic() - started)
+        return run
     finally:
         if box is not None:
             box.close()
+
+
+def grade_submission(path: Path, name: str, instructor_root: Path, exercises: list[Exercise],
+                     options: GradingOptions, work_parent: Path | None = None,
+                     shared: SharedTrustedSide | None = None) -> SubmissionResult:
+    """Grade one submission across the trust boundary; ``shared``: the batch's trusted side
+    (else a copy of the kata and a worker of its own). With a batch's trusted side, the
+    exercises handed in untouched take the batch's one run of the stubs
+    (:mod:`kata.grading.untouched`)."""
+    from .runner import RunResult
+    from .untouched import copy_exercises
+
+    started = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix=f"kata-grade-{_safe(name)[:40]}-", dir=work_parent))
+    try:
+        files, missing = exercise_files(path, exercises)
+        to_run = [e for e in exercises if e.id not in missing]
+        template, taken = None, []
+        if shared is not None and shared.stubs is not None:
+            to_run, template, taken = shared.stubs.split(files, to_run)
+        if to_run:
+            run = run_learner_files(files, to_run, instructor_root, work, options, shared,
+                                    hide=[instructor_root, work_parent or work, path])
+        else:
+            run = RunResult()
+        if taken:
+            copy_exercises(template, taken, run)
+        return summarize(exercises, run, missing, name, time.monotonic() - started)
+    finally:
         if not options.keep:
             shutil.rmtree(work, ignore_errors=True)
 
@@ -371,7 +428,7 @@ def grade_batch(paths: list[Path], instructor_root: Path, exercises: list[Exerci
     shared = None
     try:
         shared = SharedTrustedSide.start(instructor_root, exercises, batch_work / "trusted",
-                                         options)
+                                         options, paths)
         with stop, ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             futures = {
                 pool.submit(_unless_stopped, grade_submission, path, name, instructor_root,

@@ -131,3 +131,84 @@ def test_losing_the_batch_worker_costs_no_learner_a_point(toy, tmp_path, monkeyp
     assert _points(results) == expected
     assert all(not r.interrupted for r in results)
     assert expected["correct"] == tuple((e.id, "done", e.points) for e in EXERCISES)
+
+
+def _verdicts(result) -> dict[str, tuple]:
+    """Each exercise's status, points and every test's outcome and words."""
+    return {e.exercise.id: (e.status, e.points,
+                            tuple((t.nodeid, t.outcome, t.message, t.stub, t.function,
+                                   t.diagnosis) for t in e.tests))
+            for e in result.exercises}
+
+
+def test_an_untouched_exercise_takes_the_batchs_one_run_of_the_stubs(toy, tmp_path,
+                                                                     monkeypatch):
+    """The stubs are run once per batch; a file that is exactly its stub gets that run's records
+    (a submission of nothing but stubs starts nothing), and they are the records the same
+    stubs earn when run: a stub with one more line is run, and gets the same words."""
+    from kata import stubs
+    from kata.grading import submissions
+
+    def submission(name: str, done: tuple = (), tail: str = "") -> Path:
+        for exercise in EXERCISES:
+            file = tmp_path / name / exercise.source()
+            file.parent.mkdir(parents=True, exist_ok=True)
+            solution = toy / exercise.source("solutions")
+            text = solution.read_text() if exercise in done else stubs.generate(solution, toy)
+            file.write_text(text + tail, encoding="utf-8")
+        return tmp_path / name
+
+    untouched, again = submission("untouched"), submission("again")
+    edited = submission("edited", tail="# begun\n")
+    one_done = submission("one-done", done=(EXERCISES[0],))
+    ran = []
+    run_learner_files = submissions.run_learner_files
+
+    def counted(files, exercises, *args, **kwargs):
+        ran.append(sorted(e.id for e in exercises))
+        return run_learner_files(files, exercises, *args, **kwargs)
+
+    monkeypatch.setattr(submissions, "run_learner_files", counted)
+    options = GradingOptions(timeout=30, secret_seed=11)
+    results = {r.name: r for r in grade_batch([untouched, again, edited, one_done], toy,
+                                              EXERCISES, options, jobs=1)}
+    every = sorted(e.id for e in EXERCISES)
+    assert ran == [every, every, [EXERCISES[0].id]], (
+        "expected one run of the stubs, one of the edited stubs and one of the one exercise "
+        f"done; the learners' files were run for {ran}")
+    assert _verdicts(results["untouched"]) == _verdicts(results["edited"])
+    assert _verdicts(results["again"]) == _verdicts(results["edited"])
+    assert all(e.status == "not started" for e in results["untouched"].exercises)
+    assert results["one-done"].exercises[0].status == "done"
+    assert _verdicts(results["one-done"])[EXERCISES[1].id] == \
+        _verdicts(results["edited"])[EXERCISES[1].id]
+    assert results["untouched"].environment == results["edited"].environment
+
+
+def test_a_stub_run_that_did_not_end_cleanly_is_not_copied():
+    from kata.grading.records import CollectedTest, Outcome, TestRecord
+    from kata.grading.runner import RunResult
+    from kata.grading.untouched import cleanly_graded
+
+    run = RunResult()
+    for exercise, outcome in (("ex1", Outcome.FAILED), ("ex2", Outcome.TIMED_OUT),
+                              ("ex3", Outcome.CRASHED)):
+        test = CollectedTest(f"tests/t_{exercise}.py::t", exercise, "t")
+        run.tests.append(test)
+        run.results[test.nodeid] = TestRecord(test.nodeid, exercise, "t", outcome,
+                                              message="f is not written yet", stub=True,
+                                              function="f")
+    run.tests.append(CollectedTest("tests/t_ex4.py::t", "ex4", "t"))  # never recorded
+    assert cleanly_graded(run, "ex1")
+    assert not any(cleanly_graded(run, e) for e in ("ex2", "ex3", "ex4", "ex5"))
+
+
+def test_only_stubs_handed_in_untouched_twice_are_run_once_for_all():
+    from kata.grading.untouched import worth_a_run
+
+    stubs = {"ex1_a": b"stub a", "ex2_b": b"stub b", "ex3_c": b"stub c"}
+    handed_in = [{"ex1_a": b"stub a", "ex2_b": b"stub b", "ex3_c": b"mine"},
+                 {"ex1_a": b"stub a", "ex2_b": b"stub b\n", "ex3_c": b"stub c"},
+                 {}]
+    assert worth_a_run(stubs, handed_in) == {"ex1_a": b"stub a"}
+    assert worth_a_run(stubs, handed_in[:1]) == {}  # one submission (Gradescope): no stub run
