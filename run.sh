@@ -77,7 +77,19 @@ case "$command" in
     pytest) setup; exec "$VENV/bin/python" -m pytest "$@" ;;
     python) setup; exec "$VENV/bin/python" "$@" ;;
     grade) setup; exec "$VENV/bin/python" grader.py "$@" ;;
-    test) setup; extra dev,notebook; exec "$VENV/bin/python" -m pytest --impl solutions "$@" ;;
+    test)
+        setup
+        extra dev,notebook
+        # One pytest-xdist worker per CPU the machine gives (its cgroup quota), each torch on one
+        # thread; the files that share a costly fixture stay on one worker (tests/maintainer/parallel.py).
+        cpus="$("$VENV/bin/python" grader.py cpus)"
+        parallel=()
+        if [ "$cpus" -gt 1 ]; then
+            parallel=(-p tests.maintainer.parallel -n "$cpus" --dist loadscope --no-loadscope-reorder)
+            export KATA_TORCH_THREADS="${KATA_TORCH_THREADS:-1}"
+        fi
+        exec "$VENV/bin/python" -m pytest --impl solutions "${parallel[@]}" "$@"
+        ;;
     notebook)
         setup
         extra notebook

@@ -1,0 +1,52 @@
+"""How the maintainer suite shares the cores: ``bash run.sh test`` loads this plugin
+(``-p tests.maintainer.parallel``) and runs pytest-xdist with one worker per CPU the machine
+gives (``python grader.py cpus``), ``--dist loadscope --no-loadscope-reorder``.
+
+A file whose tests share a costly fixture (:data:`TOGETHER`: a sandboxed batch, the executed
+notebooks, a toy kata) is one unit of work, so that fixture is built once; every other test is a
+unit of its own and goes to whichever worker is free. Those files are handed out first, the
+slowest first, so that no worker is left with a long file at the end while the other waits.
+(xdist's own ``xdist_group`` marks do not group under pytest 9: xdist rewrites a node id pytest
+no longer reads.)
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+import pytest
+from xdist.scheduler import LoadScopeScheduling
+
+#: The files whose tests share a fixture built once per file or session, slowest first
+#: (CI on 2 cores, 2026-12-05: the sandboxed batch of test_sandbox alone takes about 170 s,
+#: executing the notebooks about 160 s).
+TOGETHER = ("test_sandbox.py", "test_notebooks.py", "test_class_grading.py", "test_grader.py",
+            "test_stubs_fail.py", "test_batch_worker.py", "test_cli.py", "test_learner_mode.py",
+            "test_classroom_act.py")
+
+
+def together(nodeid: str) -> str | None:
+    """The file of a test that must stay with the rest of its file, else None."""
+    path = PurePosixPath(nodeid.split("::", 1)[0])
+    return str(path) if path.name in TOGETHER and path.parent.name == "maintainer" else None
+
+
+class SharedFixtureScheduling(LoadScopeScheduling):
+    """xdist's scope scheduling, with a scope per file of :data:`TOGETHER` and per test
+    elsewhere."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return together(nodeid) or nodeid
+
+
+def pytest_xdist_make_scheduler(config, log):
+    return SharedFixtureScheduling(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """The files of :data:`TOGETHER` first, in its order; the rest as collected (a stable sort:
+    each file's own order is kept)."""
+    rank = {name: place for place, name in enumerate(TOGETHER)}
+    items.sort(key=lambda item: rank[PurePosixPath(file).name]
+               if (file := together(item.nodeid)) else len(TOGETHER))
