@@ -441,6 +441,11 @@ def batch(tmp_path_factory):
     (hf_home / "token").write_text(SECRET)
     out = folder / "out"
     out.mkdir()
+    # A fresh model cache (CI) is converted by the first test that loads SmolLM2, perhaps on
+    # another xdist worker right now: wait for it (its lock), so "before" is the finished cache.
+    from kata.grading.submissions import prepare_shared_model_cache
+
+    prepare_shared_model_cache()
     before = _fingerprints()
     work = folder / "work"  # the batch's own folders, kept (--keep) to be measured
     work.mkdir()
