@@ -48,21 +48,19 @@ def stub_sources(instructor_root: Path, exercises: list[Exercise]) -> dict[str, 
     return sources
 
 
+def untouched_modules(files: dict[str, bytes], stubs: dict[str, bytes]) -> set[str]:
+    """The modules whose submitted file ({module: source}) is exactly its stub."""
+    return {module for module, source in files.items() if stubs.get(module) == source}
+
+
 def worth_a_run(stubs: dict[str, bytes], submissions: Iterable[dict[str, bytes]]
                 ) -> dict[str, bytes]:
     """The stubs that at least two of the batch's ``submissions`` ({module: source} each) hand
     in untouched: only for those does one run of the stub cost less than running each copy (a
     single submission, as Gradescope grades, never pays for a run of the stubs)."""
-    counts = Counter(module for files in submissions for module, source in files.items()
-                     if stubs.get(module) == source)
+    counts = Counter(module for files in submissions
+                     for module in untouched_modules(files, stubs))
     return {module: source for module, source in stubs.items() if counts[module] >= 2}
-
-
-def untouched_ids(files: dict[str, bytes], stubs: dict[str, bytes],
-                  exercises: list[Exercise]) -> list[str]:
-    """The ids of the exercises whose submitted file is exactly its stub."""
-    return [e.id for e in exercises
-            if e.module in files and e.module in stubs and files[e.module] == stubs[e.module]]
 
 
 def cleanly_graded(run: RunResult, exercise_id: str) -> bool:
@@ -110,7 +108,8 @@ class StubRun:
               ) -> tuple[list[Exercise], RunResult | None, list[str]]:
         """``(the exercises to run, the stub run, the ids taken from it)`` for one submission's
         ``files``: the untouched exercises the stub run graded cleanly are taken from it."""
-        ids = untouched_ids(files, self.sources, exercises)
+        modules = untouched_modules(files, self.sources)
+        ids = [e.id for e in exercises if e.module in modules]
         if not ids:
             return exercises, None, []
         template = self.result()
