@@ -118,7 +118,7 @@ def wrong_maps(model, ref):
         "block l patched with hidden_states[l], the output of block l - 1"
 
 
-def check_map(model, effect, ref, name, where):
+def check_map(ex, model, effect, ref, name, where):
     """Fail, naming the mistake, unless ``effect`` is the reference map."""
     effect = as_map(effect, name)
     expected = ref["effect"]
@@ -132,6 +132,7 @@ def check_map(model, effect, ref, name, where):
                 diagnosis="patching-map-shape-wrong")
     if close(effect, expected, atol=3e-4):  # float32 noise, divided by the metrics' gap
         return
+    check_metric_behind(ex, name)
     for diagnosis, wrong, what in wrong_maps(model, ref):
         if close(effect, wrong, atol=1e-3):
             diagnose(diagnosis, f"{name} on {where} gives {what}: patch the *clean* block outputs "
@@ -155,32 +156,54 @@ def made_logits():
     return torch.randn(2, 5, 7, generator=generator) * 3  # (batch, T, vocab)
 
 
+def metric_mistake(got, logits, good, bad) -> tuple[str, str] | None:
+    """``(diagnosis, what is wrong)`` when ``got`` is not log p(good) - log p(bad) at the last
+    position of ``logits`` (batch, T, vocab_size); ``None`` when it is."""
+    log_probs = torch.log_softmax(logits.double(), dim=-1)
+    expected = log_probs[:, -1, good] - log_probs[:, -1, bad]
+    got = got.detach().double().cpu()
+    if close(got, expected, 1e-5):
+        return None
+    probs = log_probs.exp()
+    if close(got, -expected, 1e-5):
+        return ("logit-difference-swapped",
+                "the sign is flipped: the metric is log p(good) - log p(bad), positive when the "
+                "model prefers good_id")
+    if close(got, probs[:, -1, good] - probs[:, -1, bad], 1e-5):
+        return ("logit-difference-of-probabilities",
+                "this is a difference of probabilities (softmax): the metric is the difference "
+                "of log-probabilities, or equally of the raw logits")
+    if close(got, log_probs[:, 0, good] - log_probs[:, 0, bad], 1e-5):
+        return ("logit-difference-wrong-position",
+                "this is read at position 0: only the last position predicts the next token, "
+                "logits[..., -1, :]")
+    return ("logit-difference-wrong",
+            f"expected log p({good}) - log p({bad}) at the last position, {expected.tolist()}, "
+            f"got {got.tolist()}")
+
+
 def test_logit_difference_at_the_last_position(ex):
     logits = made_logits()
     got = check_tensor(ex.logit_difference(logits, 3, 5), "logit_difference")
-    log_probs = torch.log_softmax(logits.double(), dim=-1)
-    expected = log_probs[:, -1, 3] - log_probs[:, -1, 5]
     check_shape(got, (2,), "logit_difference of (batch, T, vocab_size) logits", "one value per row",
                 diagnosis="logit-difference-shape-wrong")
-    got = got.double()
-    if close(got, expected, 1e-5):
+    mistake = metric_mistake(got, logits, 3, 5)
+    if mistake is not None:
+        diagnose(*mistake)
+
+
+def check_metric_behind(ex, name):
+    """When the map is wrong, a wrong ``logit_difference`` is the cause to name first: the map
+    divides by the metric, so a wrong metric can mimic a catalogued wrong map."""
+    logits = made_logits()
+    try:
+        got = ex.logit_difference(logits, 3, 5)
+        mistake = metric_mistake(torch.as_tensor(got), logits, 3, 5)
+    except Exception:  # noqa: BLE001 - the metric's own tests name what is wrong with it
         return
-    probs = log_probs.exp()
-    if close(got, -expected, 1e-5):
-        diagnose("logit-difference-swapped",
-                 "the sign is flipped: the metric is log p(good) - log p(bad), positive when the "
-                 "model prefers good_id")
-    if close(got, probs[:, -1, 3] - probs[:, -1, 5], 1e-5):
-        diagnose("logit-difference-of-probabilities",
-                 "this is a difference of probabilities (softmax): the metric is the difference "
-                 "of log-probabilities, or equally of the raw logits")
-    if close(got, log_probs[:, 0, 3] - log_probs[:, 0, 5], 1e-5):
-        diagnose("logit-difference-wrong-position",
-                 "this is read at position 0: only the last position predicts the next token, "
-                 "logits[..., -1, :]")
-    diagnose("logit-difference-wrong",
-             f"expected log p(3) - log p(5) at the last position, {expected.tolist()}, got "
-             f"{got.tolist()}")
+    if mistake is not None:
+        diagnose(mistake[0], f"{name} reads the metric with your logit_difference, which is "
+                 f"wrong: {mistake[1]}")
 
 
 def test_logit_difference_of_one_text(ex):
@@ -321,7 +344,7 @@ def test_patching_effect_on_tiny_gpt2(ex, tiny_gpt2, tiny):
     effect = ex.patching_effect(model, *tiny["args"])
     value = check_tensor(effect, "patching_effect")
     expect(value.dtype == torch.float32, "patching-not-float32", f"expected float32, got {value.dtype}")
-    check_map(model, effect, tiny, "patching_effect", "the tiny GPT-2")
+    check_map(ex, model, effect, tiny, "patching_effect", "the tiny GPT-2")
 
 
 def test_fast_patching_effect_on_tiny_gpt2(ex, tiny_gpt2, tiny):
@@ -329,7 +352,7 @@ def test_fast_patching_effect_on_tiny_gpt2(ex, tiny_gpt2, tiny):
     effect = ex.fast_patching_effect(model, *tiny["args"])
     value = check_tensor(effect, "fast_patching_effect")
     expect(value.dtype == torch.float32, "patching-not-float32", f"expected float32, got {value.dtype}")
-    check_map(model, effect, tiny, "fast_patching_effect", "the tiny GPT-2")
+    check_map(ex, model, effect, tiny, "fast_patching_effect", "the tiny GPT-2")
 
 
 def test_a_patch_at_the_last_block_only_matters_at_the_last_position(ex, tiny_gpt2, tiny):
@@ -549,7 +572,7 @@ def test_plot_patching_effect(ex, figures):
 def test_on_smollm2_first_blocks(ex, smollm2_first_blocks, first_blocks, function):
     model, _ = smollm2_first_blocks
     effect = getattr(ex, function)(model, *first_blocks["args"])
-    check_map(model, effect, first_blocks, function,
+    check_map(ex, model, effect, first_blocks, function,
               "SmolLM2's first 4 blocks with the subjects' 4 tokens")
 
 
@@ -652,7 +675,7 @@ def describe_case(model, reference) -> str:
 def test_secret_patching_effect_on_a_model_of_random_sizes(ex, secret):
     model, reference = secret_patching_case(secret)
     effect = ex.patching_effect(model, *reference["args"])
-    check_map(model, effect, reference, "patching_effect",
+    check_map(ex, model, effect, reference, "patching_effect",
               describe_case(model, reference) + repeat_hint())
 
 
@@ -660,7 +683,7 @@ def test_secret_patching_effect_on_a_model_of_random_sizes(ex, secret):
 def test_secret_fast_patching_effect_on_a_model_of_random_sizes(ex, secret):
     model, reference = secret_patching_case(secret)
     effect = ex.fast_patching_effect(model, *reference["args"])
-    check_map(model, effect, reference, "fast_patching_effect",
+    check_map(ex, model, effect, reference, "fast_patching_effect",
               describe_case(model, reference) + repeat_hint())
 
 
