@@ -166,7 +166,8 @@ def computed_once(key, compute):
 
     For expected values that tests derive from the session models (reference forward passes):
     kept across test files and across the in-process runs of the mistakes check, so each is
-    computed once. Use keys like ``("kafka-scaling", model_name)``. Under ``grader.py batch``
+    computed once; each call returns fresh copies of its tensors. Use keys like
+    ``("kafka-scaling", model_name)``. Under ``grader.py batch``
     a value that is plain data (tensors, numbers, containers of them) is computed once per
     batch and read back by every other submission's tests (:mod:`kata.grading.reference_cache`).
     """
@@ -174,7 +175,19 @@ def computed_once(key, compute):
         from kata.grading.reference_cache import load_or_compute
 
         _REFERENCE_VALUES[key] = load_or_compute(key, compute)
-    return _REFERENCE_VALUES[key]
+    return _copied(_REFERENCE_VALUES[key])
+
+
+def _copied(value):
+    """``value`` with fresh copies of its tensors: code under test that writes into an input it
+    was given cannot change the kept value that later tests (and re-runs) compare against."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if type(value) in (list, tuple):
+        return type(value)(_copied(v) for v in value)
+    if type(value) is dict:
+        return {k: _copied(v) for k, v in value.items()}
+    return value  # a model or other object: the session fixtures' own checks guard those
 
 
 def reference_raw_last_block(model, input_ids: torch.Tensor) -> torch.Tensor:

@@ -33,6 +33,7 @@ from tests.support import (  # noqa: E402
     check_close,
     check_tensor,
     close,
+    computed_once,
     drawn_points,
     expect,
     figures,  # noqa: F401 - a fixture
@@ -67,26 +68,32 @@ class Reference:
         return self.hidden.shape[1]
 
 
-def compute_reference(model, tokenizer, text: str) -> Reference:
+def compute_reference(model, tokenizer, text: str, model_name: str | None = None) -> Reference:
+    """The reference for ``text``. With ``model_name``, its forward passes run once per process
+    for that model and text (kept across the watcher's re-runs: ``computed_once``)."""
     tokens = tokenizer(text, return_tensors="pt")
-    with torch.no_grad():
-        token_embeddings = model.get_input_embeddings()(tokens["input_ids"][0].to(model.device))
-    return Reference(
-        tokens=tokens,
-        hidden=reference_hidden_states(model, tokens["input_ids"]),
-        raw_last=reference_raw_last_block(model, tokens["input_ids"]),
-        token_embeddings=token_embeddings.float().cpu(),
-    )
+    ids = tokens["input_ids"]
+
+    def passes():
+        with torch.no_grad():
+            embeddings = model.get_input_embeddings()(ids[0].to(model.device))
+        return {"hidden": reference_hidden_states(model, ids),
+                "raw_last": reference_raw_last_block(model, ids),
+                "token_embeddings": embeddings.float().cpu()}
+
+    if model_name is None:
+        return Reference(tokens=tokens, **passes())
+    return Reference(tokens=tokens, **computed_once(("ex1-reference", model_name, text), passes))
 
 
 @pytest.fixture(scope="module")
 def tiny_reference(tiny_gpt2):
-    return compute_reference(*tiny_gpt2, kata.PENGUIN_TEXT)
+    return compute_reference(*tiny_gpt2, kata.PENGUIN_TEXT, "tiny-gpt2")
 
 
 @pytest.fixture(scope="module")
 def smollm2_reference(smollm2):
-    return compute_reference(*smollm2, kata.PENGUIN_TEXT)
+    return compute_reference(*smollm2, kata.PENGUIN_TEXT, "smollm2")
 
 
 @pytest.fixture(scope="module")

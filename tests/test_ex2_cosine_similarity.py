@@ -29,6 +29,7 @@ from tests.support import (  # noqa: E402
     check_shape,
     check_tensor,
     close,
+    computed_once,
     cosine_matrix,
     drawn_heatmaps,
     drawn_points,
@@ -57,23 +58,27 @@ class States:
         return self.hidden.shape[1]
 
 
-def hidden_states_of(model, tokenizer, text: str) -> States:
+def hidden_states_of(model, tokenizer, text: str, model_name: str) -> States:
+    """The hidden states of ``text``, from one forward pass per process for each model and text
+    (kept across the watcher's re-runs: ``computed_once``)."""
     input_ids = tokenizer(text, return_tensors="pt")["input_ids"]
     labels = [tokenizer.decode([i]) for i in input_ids[0].tolist()]
-    return States(reference_hidden_states(model, input_ids), labels)
+    hidden = computed_once(("hidden-states", model_name, text),
+                           lambda: reference_hidden_states(model, input_ids))
+    return States(hidden, labels)
 
 
 @pytest.fixture(scope="module")
 def tiny(tiny_gpt2) -> States:
     """The tiny GPT-2's hidden states of the Penguin text: (5, 10, 64)."""
-    return hidden_states_of(*tiny_gpt2, kata.PENGUIN_TEXT)
+    return hidden_states_of(*tiny_gpt2, kata.PENGUIN_TEXT, "tiny-gpt2")
 
 
 @pytest.fixture(scope="module", params=["penguin", "kafka"])
 def trained(request, smollm2) -> States:
     """SmolLM2's hidden states: Penguin text (31, 11, 576), Kafka text (31, 23, 576)."""
     text = {"penguin": kata.PENGUIN_TEXT, "kafka": kata.KAFKA_TEXT}[request.param]
-    return hidden_states_of(*smollm2, text)
+    return hidden_states_of(*smollm2, text, "smollm2")
 
 
 @pytest.fixture(autouse=True)
