@@ -1,4 +1,4 @@
-"""The notebooks (``notebooks/exN_*.ipynb``) run clean, top to bottom, in a fresh kernel.
+"""The notebooks (``notebooks/exN_*.ipynb``) run clean, top to bottom, from a fresh start.
 
 Against the solutions: no cell errors, every figure cell (tagged ``figure``) shows an image, and
 the check cell (tagged ``check``) reports the exercise done. Against the untouched stubs: the
@@ -6,15 +6,17 @@ check cell reports "not started", no output holds a traceback, and every cell th
 learner function says which function to write. The generated ``.ipynb`` files match their
 sources (``python grader.py notebooks --check``).
 
-Time: each notebook gets its own kernel (about 4 s of imports), two at a time. The tiny GPT-2
-runs every notebook whose figure does not need a trained model; exercise 3 runs on SmolLM2, the
-default model, as a learner sees it. A notebook whose exercise is not in the manifest yet is
-skipped.
+Time: two kernels share the notebooks, each running them one after another from a fresh start
+(an empty namespace, the notebook's own folder and settings): a kernel's imports and model loads
+(about 4 s) are paid twice, not once per notebook. The tiny GPT-2 runs every notebook whose
+figure does not need a trained model; exercise 3 runs on SmolLM2, the default model, as a learner
+sees it. A notebook whose exercise is not in the manifest yet is skipped.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -33,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: nothing there reaches the model's weights).
 SOLUTION_MODELS = {"ex3": "smollm2"}
 DEFAULT_TEST_MODEL = "tiny-gpt2"
-WORKERS = 2
+KERNELS = 2
 CELL_TIMEOUT = 300
 
 #: A cell that calls a learner function: ``ex.tokenize(...)``, ``ex3.plot_scaling_experiment(...)``.
@@ -57,24 +59,65 @@ def _runnable() -> list[Path]:
     return [p for p in _notebooks() if _exercise_number(p) in _numbers()]
 
 
-def _execute(path: Path, impl: str):
+def _model(path: Path, impl: str) -> str:
+    stem = path.name.split("_")[0]
+    return SOLUTION_MODELS.get(stem, DEFAULT_TEST_MODEL) if impl == "solutions" \
+        else DEFAULT_TEST_MODEL
+
+
+def _kernel_environment() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env.update(MPLBACKEND="Agg",  # as CI sets it: figures must show whatever the backend
+               OMP_NUM_THREADS="1", KATA_TORCH_THREADS="1",
+               PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+               PYDEVD_DISABLE_FILE_VALIDATION="1")
+    return env
+
+
+def _fresh_start(path: Path, impl: str):
+    """A cell run before each notebook in the shared kernel: the notebook's implementation and
+    model, its folder, no figures, matplotlib's defaults, and an empty namespace (``%reset``):
+    a name the notebook uses without defining it is a NameError, as in a fresh kernel."""
+    import nbformat
+
+    return nbformat.v4.new_code_cell("\n".join([
+        "import os as _os, matplotlib as _mpl, matplotlib.pyplot as _plt",
+        '_plt.close("all"); _mpl.rc_file_defaults()',
+        f"_os.environ.update(KATA_IMPL={impl!r}, KATA_MODEL={_model(path, impl)!r})",
+        f"_os.chdir({str(path.parent)!r})",
+        "%reset -f",
+    ]))
+
+
+def _execute_all(jobs, results) -> None:
+    """Run the notebooks of ``jobs`` (taken from a shared queue) one after another in one kernel,
+    each from a fresh start (:func:`_fresh_start`); put ``(notebook, seconds)`` in ``results``.
+
+    One kernel pays the imports and the model loads once for all its notebooks (about 4 s each
+    time in a fresh kernel); the check cell still grades each exercise in its own child process.
+    """
     import nbformat
     from nbclient import NotebookClient
 
-    stem = path.name.split("_")[0]
-    model = SOLUTION_MODELS.get(stem, DEFAULT_TEST_MODEL) if impl == "solutions" \
-        else DEFAULT_TEST_MODEL
-    nb = nbformat.read(path, as_version=4)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-    env.update(MPLBACKEND="Agg",  # as CI sets it: figures must show whatever the backend
-               KATA_IMPL=impl, KATA_MODEL=model, OMP_NUM_THREADS="1", KATA_TORCH_THREADS="1",
-               PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-               PYDEVD_DISABLE_FILE_VALIDATION="1")
-    client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3", allow_errors=True,
-                            resources={"metadata": {"path": str(path.parent)}})
-    started = time.perf_counter()
-    client.execute(env=env)
-    return nb, time.perf_counter() - started
+    client = NotebookClient(nbformat.v4.new_notebook(), timeout=CELL_TIMEOUT,
+                            kernel_name="python3", allow_errors=True,
+                            resources={"metadata": {"path": str(ROOT / "notebooks")}})
+    try:
+        client.execute(env=_kernel_environment(), cleanup_kc=False)  # starts the kernel
+        while True:
+            try:
+                path, impl = jobs.get_nowait()
+            except queue.Empty:
+                return
+            nb = nbformat.read(path, as_version=4)
+            nb.cells.insert(0, _fresh_start(path, impl))
+            client.nb = nb
+            started = time.perf_counter()
+            client.execute(cleanup_kc=False)
+            nb.cells.pop(0)
+            results[(path.name, impl)] = (nb, time.perf_counter() - started)
+    finally:
+        client._cleanup_kernel()
 
 
 @pytest.fixture(scope="session")
@@ -82,11 +125,15 @@ def executed():
     """``{(notebook name, impl): (executed notebook, seconds)}`` for every runnable notebook."""
     pytest.importorskip("nbclient", reason="needs the notebook extra: pip install -e .[notebook]")
     pytest.importorskip("ipykernel", reason="needs the notebook extra: pip install -e .[notebook]")
-    # The longest runs (the solutions, with their full check) first, so the workers end together.
-    jobs = [(p, impl) for impl in ("solutions", "exercises") for p in _runnable()]
-    with ThreadPoolExecutor(WORKERS) as pool:
-        results = list(pool.map(lambda job: _execute(*job), jobs))
-    return {(p.name, impl): result for (p, impl), result in zip(jobs, results)}
+    # The longest runs (the solutions, with their full check) first, so the kernels end together.
+    jobs = queue.Queue()
+    for job in [(p, impl) for impl in ("solutions", "exercises") for p in _runnable()]:
+        jobs.put(job)
+    results = {}
+    with ThreadPoolExecutor(KERNELS) as pool:
+        for done in [pool.submit(_execute_all, jobs, results) for _ in range(KERNELS)]:
+            done.result()
+    return results
 
 
 def _params():
