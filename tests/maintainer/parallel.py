@@ -3,8 +3,9 @@
 gives (``python grader.py cpus``), ``--dist loadscope --no-loadscope-reorder``.
 
 A file whose tests share a costly fixture (:data:`TOGETHER`: a sandboxed batch, the executed
-notebooks, a toy kata) is one unit of work, so that fixture is built once; every other test is a
-unit of its own and goes to whichever worker is free. Those files are handed out first, the
+notebooks, a toy kata) is one unit of work, so that fixture is built once; so are the two checks
+that read one run of a catalogued mistake (:data:`SAME_RUN`); every other test is a unit of its
+own and goes to whichever worker is free. Those files are handed out first, the
 slowest first, so that no worker is left with a long file at the end while the other waits.
 (xdist's own ``xdist_group`` marks do not group under pytest 9: xdist rewrites a node id pytest
 no longer reads.)
@@ -31,12 +32,28 @@ def together(nodeid: str) -> str | None:
     return str(path) if path.name in TOGETHER and path.parent.name == "maintainer" else None
 
 
+#: The checks that read one in-process run of a catalogued mistake (``planting.planted_run``):
+#: the test, and the suffix its id adds to the mistake's ``<exercise>-<id>``.
+SAME_RUN = {"test_mistakes.py::test_mistake_is_caught_and_named": "-pytest",
+            "test_root_diagnoses.py::test_the_root_diagnosis_of_each_catalogued_mistake": ""}
+
+
+def same_mistake(nodeid: str) -> str | None:
+    """``"mistake:<exercise>-<id>"`` for a check that reads a mistake's shared run, else None."""
+    path, _, name = nodeid.partition("::")
+    test, _, param = name.partition("[")
+    suffix = SAME_RUN.get(f"{PurePosixPath(path).name}::{test}")
+    if suffix is None or not param.endswith(suffix + "]"):
+        return None
+    return "mistake:" + param[:len(param) - len(suffix) - 1]
+
+
 class SharedFixtureScheduling(LoadScopeScheduling):
-    """xdist's scope scheduling, with a scope per file of :data:`TOGETHER` and per test
-    elsewhere."""
+    """xdist's scope scheduling, with a scope per file of :data:`TOGETHER`, one per catalogued
+    mistake for the checks that read its run, and one per test elsewhere."""
 
     def _split_scope(self, nodeid: str) -> str:
-        return together(nodeid) or nodeid
+        return together(nodeid) or same_mistake(nodeid) or nodeid
 
 
 def pytest_xdist_make_scheduler(config, log):

@@ -1,9 +1,11 @@
 """Planting catalogued code into the solutions and running an exercise's tests on it.
 
-Shared by ``test_mistakes.py`` (each mistake must be caught and named) and ``test_variants.py``
-(each correct variant must pass): an entry's ``code`` is written to a file and planted on top of
-``solutions/`` with ``--kata-patch``; the exercise's tests then run in this process, so the
-session's models are loaded once for every run.
+Shared by ``test_mistakes.py`` (each mistake must be caught and named), ``test_root_diagnoses.py``
+(the root each mistake's failures point to) and ``test_variants.py`` (each correct variant must
+pass): an entry's ``code`` is written to a file and planted on top of ``solutions/`` with
+``--kata-patch``; the exercise's tests then run in this process, so the session's models are
+loaded once for every run. :func:`planted_run` runs a mistake once per process for the first two
+(``tests/maintainer/parallel.py`` keeps a mistake's checks on one xdist worker).
 """
 
 from __future__ import annotations
@@ -11,9 +13,12 @@ from __future__ import annotations
 import ast
 import importlib
 import textwrap
+from dataclasses import dataclass, field
 
 import pytest
 
+from kata.diagnosis import diagnosis_of
+from kata.grading.records import Outcome, TestRecord
 from kata.manifest import load_manifest
 
 EXERCISES = {exercise.id: exercise for exercise in load_manifest()}
@@ -58,3 +63,63 @@ def run_planted(entry, rootpath, tmp_path, plugin, options=(), boundary: str = "
         ],
         plugins=[plugin],
     )
+
+
+class EveryOutcome:
+    """A pytest plugin object that records every test as the grader's recorder would: outcome,
+    diagnosis id, whether it reached an untouched stub; and the type of each test's error."""
+
+    def __init__(self, exercise_id: str):
+        self.exercise_id = exercise_id
+        self.records: dict[str, TestRecord] = {}
+        self.error_types: dict[str, str] = {}
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        report = outcome.get_result()
+        if report.when != "call" and not report.failed and not report.skipped:
+            return
+        if report.nodeid in self.records and self.records[report.nodeid].outcome is not \
+                Outcome.PASSED:
+            return  # the first failing phase is the verdict (a leaked hook fails at teardown)
+        error = call.excinfo.value if call.excinfo is not None else None
+        found = diagnosis_of(error)
+        result = (Outcome.SKIPPED if report.skipped else Outcome.FAILED if report.failed
+                  else Outcome.PASSED)
+        self.records[report.nodeid] = TestRecord(
+            report.nodeid, self.exercise_id, item.name, result,
+            str(error)[:400] if error is not None else "",
+            stub=isinstance(error, NotImplementedError),
+            diagnosis=found.id if found is not None else None)
+        self.error_types[report.nodeid] = type(error).__name__ if error is not None else ""
+
+
+@dataclass
+class PlantedRun:
+    """Every test's record with a mistake planted, in the order the tests ran."""
+
+    records: list[TestRecord]
+    error_types: dict[str, str] = field(default_factory=dict)
+
+    def first_failure(self) -> TestRecord | None:
+        """The verdict a learner reads first: the first test that failed, in any phase."""
+        return next((t for t in self.records if t.outcome is Outcome.FAILED), None)
+
+
+_PLANTED_RUNS: dict[tuple[str, str], PlantedRun] = {}
+
+
+def planted_run(mistake, rootpath, tmp_path) -> PlantedRun:
+    """Run the tests of ``mistake.exercise`` with the mistake planted, as the learner's own
+    ``pytest`` does: the fast tests on the tiny model first, then, only if none of them failed,
+    all of them (mistakes that only a trained model shows). Once per process for each mistake."""
+    key = (mistake.exercise, mistake.id)
+    if key not in _PLANTED_RUNS:
+        for selection in (["-m", "not trained"], []):
+            plugin = EveryOutcome(mistake.exercise)
+            run_planted(mistake, rootpath, tmp_path, plugin, selection)
+            if any(t.outcome is Outcome.FAILED for t in plugin.records.values()):
+                break
+        _PLANTED_RUNS[key] = PlantedRun(list(plugin.records.values()), plugin.error_types)
+    return _PLANTED_RUNS[key]

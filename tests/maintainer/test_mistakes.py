@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from kata.diagnosis import diagnosis_of
-from tests.maintainer.planting import catalogue, run_planted
+from tests.maintainer.planting import PlantedRun, catalogue, planted_run, run_planted
 from tests.mistakes import Mistake
 
 pytestmark = pytest.mark.maintainer
@@ -49,6 +49,16 @@ class FirstFailure:
             self.diagnosis = found.id if found is not None else None
             self.error_type = type(error).__name__ if error is not None else ""
 
+    @classmethod
+    def of(cls, run: PlantedRun) -> FirstFailure:
+        """The first failure of a run that recorded every test."""
+        first = cls()
+        record = run.first_failure()
+        if record is not None:
+            first.test, first.message = record.nodeid, record.message
+            first.diagnosis, first.error_type = record.diagnosis, run.error_types[record.nodeid]
+        return first
+
     @property
     def last_line(self) -> str:
         lines = self.message.strip().splitlines()
@@ -58,7 +68,10 @@ class FirstFailure:
 def run_tests_with_mistake(mistake: Mistake, rootpath, tmp_path,
                            boundary: str = "pytest") -> FirstFailure:
     """Run the exercise's tests with the mistake planted: the fast tests on the tiny model first,
-    then, only if none of them failed, all of them."""
+    then, only if none of them failed, all of them. For the learner's own ``pytest`` this is the
+    run the root-diagnosis check reads too (``planting.planted_run``, once per process)."""
+    if boundary == "pytest":
+        return FirstFailure.of(planted_run(mistake, rootpath, tmp_path))
     for selection in (["-m", "not trained"], []):
         first = FirstFailure()
         run_planted(mistake, rootpath, tmp_path, first, selection, boundary)
