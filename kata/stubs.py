@@ -151,6 +151,13 @@ def generate(solution: Path, root: Path = ROOT) -> str:
     return stub_source(Path(solution).read_text(encoding="utf-8"), relative)
 
 
+def stub_of(exercise, root: Path = ROOT) -> str:
+    """The untouched stub of ``exercise`` (a :class:`kata.manifest.Exercise`): what its solution
+    in ``root`` gives. Raises ``OSError`` when the solution cannot be read, ``ValueError`` or
+    ``SyntaxError`` when it cannot be parsed."""
+    return generate(Path(root) / exercise.source("solutions"), root)
+
+
 def stale(root: Path = ROOT) -> list[Path]:
     """The stubs that differ from (or are missing beside) what their solutions give."""
     found = []

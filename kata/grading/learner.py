@@ -164,9 +164,9 @@ def is_untouched(root: Path, exercise: Exercise) -> bool:
     from kata import stubs
 
     root = Path(root)
-    solution, target = root / exercise.source("solutions"), root / exercise.source()
     try:
-        return target.read_text(encoding="utf-8") == stubs.generate(solution, root)
+        submitted = (root / exercise.source()).read_text(encoding="utf-8")
+        return submitted == stubs.stub_of(exercise, root)
     except (OSError, ValueError, SyntaxError):
         return False
 
@@ -180,11 +180,10 @@ def restore_stub(root: Path, exercise: Exercise) -> tuple[Path, Path | None]:
     from kata import stubs
 
     root = Path(root)
-    solution = root / exercise.source("solutions")
-    if not solution.is_file():
+    if not (root / exercise.source("solutions")).is_file():
         raise UsageError(f"grader.py: cannot restore {exercise.source()}: its source "
                          f"{exercise.source('solutions')} is missing")
-    stub = stubs.generate(solution, root)
+    stub = stubs.stub_of(exercise, root)
     target = root / exercise.source()
     backup = None
     if target.is_file() and target.read_text(encoding="utf-8") != stub:

@@ -41,8 +41,7 @@ def stub_sources(instructor_root: Path, exercises: list[Exercise]) -> dict[str, 
     sources = {}
     for exercise in exercises:
         try:
-            solution = instructor_root / exercise.source("solutions")
-            sources[exercise.module] = stubs.generate(solution, instructor_root).encode("utf-8")
+            sources[exercise.module] = stubs.stub_of(exercise, instructor_root).encode("utf-8")
         except (OSError, ValueError, SyntaxError):
             continue
     return sources
