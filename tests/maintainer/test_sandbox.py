@@ -769,6 +769,25 @@ def test_an_environment_fault_in_a_test_is_not_the_learners_mistake():
     assert exercise_status(records)[0] is Status.ENVIRONMENT_ERROR
 
 
+def test_a_machine_fault_behind_a_wrong_map_is_not_swallowed():
+    """Exercise 6's map check asks the learner's metric first; the learner's own errors there
+    are left to the metric's tests, but a machine fault goes through to be graded as one."""
+    from types import SimpleNamespace
+
+    from kata import models
+    from tests.test_ex6_activation_patching import check_metric_behind
+
+    def lost(*args):
+        raise models.ModelNotAvailable("the model cache is gone")
+
+    def wrong(*args):
+        raise ValueError("the learner's own bug")
+
+    with pytest.raises(models.ModelNotAvailable):
+        check_metric_behind(SimpleNamespace(logit_difference=lost), "activation_patching_map")
+    assert check_metric_behind(SimpleNamespace(logit_difference=wrong), "map") is None
+
+
 @needs_sandbox
 def test_one_exercise_cannot_reach_the_next_in_the_warm_worker(tmp_path):
     """The warm worker forks each exercise from a clean process: ex1's file sets float64, a
