@@ -5,7 +5,7 @@
 #   bash run.sh notebook [jupyter options]  set up (with the notebook extra), then start JupyterLab
 #   bash run.sh notebook --install-only  only set up with the notebook extra and register the
 #                                        "Python (kata)" kernel (for VS Code or your own Jupyter)
-#   bash run.sh setup                    only set up
+#   bash run.sh setup [test]             only set up (with `test`: also what the suite needs)
 #   bash run.sh pytest|python [args]     run pytest or python in the kata's environment
 # Set-up makes a virtual environment (.venv, or KATA_VENV), installs torch (KATA_TORCH, default
 # torch==2.13.0), the kata and its dependencies (plus KATA_TRANSFORMERS, e.g. 'transformers==4.57.*',
@@ -71,7 +71,11 @@ command="${1:-}"
 shift || true
 case "$command" in
     setup)
-        setup
+        case "${1:-}" in
+            "") setup ;;
+            test) setup; extra dev,notebook ;;  # what `bash run.sh test` installs before the suite
+            *) echo "usage: bash run.sh setup [test]" >&2; exit 2 ;;
+        esac
         echo "kata: ready. Activate it in each terminal with: source $VENV/bin/activate" >&2
         ;;
     pytest) setup; exec "$VENV/bin/python" -m pytest "$@" ;;
@@ -110,7 +114,7 @@ case "$command" in
             --LabApp.default_url=/lab/tree/notebooks/ex1_hidden_states.ipynb "$@"
         ;;
     *)
-        echo "usage: bash run.sh grade|test|notebook [--install-only]|setup|pytest|python [options]" >&2
+        echo "usage: bash run.sh grade|test|notebook [--install-only]|setup [test]|pytest|python [options]" >&2
         exit 2
         ;;
 esac
