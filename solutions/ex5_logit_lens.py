@@ -222,7 +222,8 @@ def plot_logit_lens(lens, tokenizer, input_ids):
     n_hidden, n_positions, _ = lens.shape
     top = lens.max(dim=-1)  # values and indices, each (n_layers + 1, T)
     input_ids = torch.as_tensor(input_ids).reshape(-1).tolist()
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.8 * n_positions + 2), max(4.0, 0.3 * n_hidden + 1.5)))
+    size = (max(6.0, 0.8 * n_positions + 2), max(4.0, 0.3 * n_hidden + 1.5))  # inches
+    fig, ax = plt.subplots(figsize=size, layout="constrained")
     image = ax.imshow(top.values.numpy(), origin="lower", aspect="auto", cmap="viridis")
     fig.colorbar(image, ax=ax, label="log-probability of the top token")
     middle = (float(top.values.min()) + float(top.values.max())) / 2
@@ -237,7 +238,6 @@ def plot_logit_lens(lens, tokenizer, input_ids):
     ax.set_xlabel("Input token")
     ax.set_ylabel("Layer")
     ax.set_title("Logit lens: the top next token each layer predicts")
-    fig.tight_layout()
     return fig
 
 
@@ -258,7 +258,7 @@ def plot_rank_by_layer(ranks_by_text):
 
     Post: a summary of ``plot_logit_lens`` for the penguin and Kafka texts of demos 1 and 3.
     """
-    fig, ax = plt.subplots(figsize=(9, 4))
+    fig, ax = plt.subplots(figsize=(9, 4), layout="constrained")
     n_hidden = 0
     for label, ranks in ranks_by_text.items():
         ranks = torch.as_tensor(ranks)
@@ -271,5 +271,4 @@ def plot_rank_by_layer(ranks_by_text):
     ax.set_ylabel("Median rank of the true next token (1 = top)")
     ax.set_title("Logit lens: how early does each layer know the next token?")
     ax.legend()
-    fig.tight_layout()
     return fig

@@ -32,6 +32,7 @@ from tests.support import (  # noqa: E402
     computed_once,
     cosine_matrix,
     drawn_heatmaps,
+    draw_headless,
     drawn_points,
     expect,
     heatmap_axes,
@@ -539,7 +540,7 @@ def has_colour_bar(panels) -> bool:
     return any(heatmap.colorbar for ax in panels for heatmap in drawn_heatmaps(ax))
 
 
-def test_layer_figure_panels_show_the_token_in_their_title(ex, tiny, tmp_path):
+def test_layer_figure_panels_show_the_token_in_their_title(ex, tiny):
     indices = [0, 3, 6, 9]  # like the post: linspace(0, T - 1, 4)
     panels = panels_of(draw(ex, "plot_layer_similarity", tiny.hidden, indices, tiny.labels),
                        "plot_layer_similarity", len(indices), "token", "layer-figure")
@@ -552,7 +553,7 @@ def test_layer_figure_panels_show_the_token_in_their_title(ex, tiny, tmp_path):
                    f"'token {token}: {tiny.labels[token]!r}'; got {title!r}"))
         check_panel_image(ax, k, token, lambda t: tiny.hidden[:, t], "token", "token_indices",
                           "layer_similarity", "layer-figure")
-    fig.savefig(tmp_path / "layer_similarity.png", dpi=50)
+    draw_headless(fig)
 
 
 def test_layer_figure_colours_axes_and_colour_bar(ex, tiny):
@@ -583,7 +584,7 @@ def test_layer_figure_colours_axes_and_colour_bar(ex, tiny):
         f"got {clim}"))
 
 
-def test_token_figure_panels_show_the_layer_in_their_title(ex, tiny, tmp_path):
+def test_token_figure_panels_show_the_layer_in_their_title(ex, tiny):
     layers = [0, 1, 3, 4]  # like the post: linspace(0, n_layers, 4), rounded
     panels = panels_of(draw(ex, "plot_token_similarity", tiny.hidden, layers, tiny.labels),
                        "plot_token_similarity", len(layers), "layer", "token-figure")
@@ -594,7 +595,7 @@ def test_token_figure_panels_show_the_layer_in_their_title(ex, tiny, tmp_path):
                f"panel {k} should be titled 'layer {layer}', got {title!r}")
         check_panel_image(ax, k, layer, lambda i: tiny.hidden[i], "layer", "layers",
                           "token_similarity", "token-figure")
-    fig.savefig(tmp_path / "token_similarity.png", dpi=50)
+    draw_headless(fig)
 
 
 def test_token_figure_tick_labels_colours_and_colour_bar(ex, tiny):
@@ -631,7 +632,7 @@ def test_token_figure_tick_labels_colours_and_colour_bar(ex, tiny):
         f"got {clim}"))
 
 
-def test_laminar_figure_dots_and_mean_line_equal_the_profile(ex, tiny, tmp_path):
+def test_laminar_figure_dots_and_mean_line_equal_the_profile(ex, tiny):
     profile = reference_profile(tiny.hidden)  # (5, 36)
     n_layers_plus_1, n_pairs = profile.shape
     try:
@@ -681,7 +682,7 @@ def test_laminar_figure_dots_and_mean_line_equal_the_profile(ex, tiny, tmp_path)
            f"label the x axis with 'layer', got {ax.get_xlabel()!r}")
     expect("similarity" in ax.get_ylabel().lower(), "laminar-figure-y-label",
            f"label the y axis 'cosine similarity', got {ax.get_ylabel()!r}")
-    fig.savefig(tmp_path / "laminar_profile.png", dpi=50)
+    draw_headless(fig)
 
 
 # --------------------------------------------------------------------------- SmolLM2 (trained)
