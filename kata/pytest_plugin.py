@@ -107,6 +107,19 @@ def impl(request) -> str:
     return request.config.getoption("--impl")
 
 
+#: The solutions with a ``--kata-patch`` planted, made once per pytest session (per exercise).
+_PLANTED = pytest.StashKey[dict]()
+
+
+def planted_solution(config, exercise, patch_file: Path):
+    """The solution with ``patch_file`` planted, one module for every test of the session, as a
+    learner's module is imported once (and as the grader's boundary forks one learner process)."""
+    planted = config.stash.setdefault(_PLANTED, {})
+    if exercise.id not in planted:
+        planted[exercise.id] = patched_solution(exercise, patch_file)
+    return planted[exercise.id]
+
+
 @pytest.fixture
 def ex(request, impl):
     """The module under test for this test file's exercise, e.g. ``exercises.ex1_hidden_states``."""
@@ -120,7 +133,7 @@ def ex(request, impl):
         return remote_exercise(exercise, remote)
     patch = request.config.getoption("--kata-patch")
     if patch and patch.split("=", 1)[0] == exercise.id:
-        module = patched_solution(exercise, Path(patch.split("=", 1)[1]))
+        module = planted_solution(request.config, exercise, Path(patch.split("=", 1)[1]))
     else:
         module = import_implementation(exercise, impl)
     if remote == "fork":  # maintainers: the same module, run across the grader's boundary
