@@ -155,6 +155,7 @@ class Codec:
         if isinstance(value, torch.Tensor):
             return self._encode_tensor(value)
         if isinstance(value, np.ndarray) and value.dtype.name in _NP_DTYPES:
+            self._room_for(value.nbytes)
             array = np.ascontiguousarray(value)
             return {"$nd": self._blob(array.tobytes()), "dtype": array.dtype.name,
                     "shape": list(array.shape)}
@@ -198,6 +199,7 @@ class Codec:
         if name not in _DTYPES or tensor.layout != torch.strided:
             return self.opaque(tensor)
         self.table.append(tensor)
+        self._room_for(tensor.numel() * tensor.element_size())
         # clone: a view can count as contiguous (one element, any stride) and still refuse .view
         data = tensor.detach().to("cpu").clone(memory_format=torch.contiguous_format)
         raw = data.reshape(-1).view(torch.uint8).numpy().tobytes() if data.numel() else b""
@@ -229,11 +231,16 @@ class Codec:
                 with torch.no_grad():
                     target.copy_(new.to(target.dtype))
 
-    def _blob(self, data: bytes) -> int:
-        self.size = getattr(self, "size", 0) + len(data)
-        if self.size > self.limits.frame_bytes:
+    def _room_for(self, nbytes: int) -> None:
+        """Refuse a tensor that would not fit in the message before copying it (a 400 MB
+        answer is refused at once, not after two copies of it)."""
+        if getattr(self, "size", 0) + nbytes > self.limits.frame_bytes:
             raise FrameError(f"more than {self.limits.frame_bytes // 2**20} MiB of tensors in "
                              "one message (the channel's limit)")
+
+    def _blob(self, data: bytes) -> int:
+        self._room_for(len(data))
+        self.size = getattr(self, "size", 0) + len(data)
         self.blobs.append(data)
         if len(self.blobs) > self.limits.blobs:
             raise FrameError("too many tensors in one message")

@@ -109,6 +109,11 @@ def test_limits_hold_for_size_count_depth_and_strings():
     small = Limits(frame_bytes=1000, items=50, depth=5, string_chars=20)
     with pytest.raises(FrameError, match="MiB of tensors"):
         Codec(small).encode(torch.zeros(1000))
+    # refused before any copy: copied, each would be terabytes
+    with pytest.raises(FrameError, match="MiB of tensors"):
+        Codec().encode(torch.zeros(1).expand(2**40))
+    with pytest.raises(FrameError, match="MiB of tensors"):
+        Codec().encode(np.broadcast_to(np.zeros(1), (2**40,)))
     with pytest.raises(FrameError, match="more than 50 values"):
         Codec(small).encode(list(range(100)))
     nested: list = []
