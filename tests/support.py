@@ -336,16 +336,30 @@ def heatmap_axes(fig) -> list:
     return [ax for ax in fig.axes if drawn_heatmaps(ax)]
 
 
-def draw_headless(fig) -> None:
+def must_draw(fig, drawing: Callable[[], object], whose: str = "your figure") -> None:
+    """Run ``drawing()`` (``fig.savefig(path)``, ...). A figure that cannot be drawn fails with
+    ``figure-cannot-be-drawn`` and a sentence naming the text that stops it (:mod:`kata.drawable`),
+    never matplotlib's traceback."""
+    from kata.drawable import why_not_drawn
+
+    try:
+        drawing()
+        return
+    except Exception as error:  # noqa: BLE001 - whatever stops matplotlib, said about the figure
+        why = why_not_drawn(fig, error, whose)
+    diagnose("figure-cannot-be-drawn", why)  # outside the except: no matplotlib traceback above
+
+
+def draw_headless(fig, whose: str = "your figure") -> None:
     """Run every artist's drawing code, as saving the figure would (titles, tick labels,
-    mathtext, images, colour bars), without a display: an artist that cannot be drawn raises here.
+    mathtext, images, colour bars), without a display; fails as :func:`must_draw` does.
 
     No layout engine and no pixels: a quarter of ``savefig``'s time on exercise 2's panels (the
     constrained layout measures every tick label). ``grader.py figures`` saves the real PNGs, and
     exercise 1's figure test saves one.
     """
     fig.set_layout_engine("none")
-    fig.draw_without_rendering()
+    must_draw(fig, fig.draw_without_rendering, whose)
 
 
 def _float_array(values) -> np.ndarray:

@@ -37,6 +37,7 @@ from tests.support import (  # noqa: E402
     drawn_points,
     expect,
     figures,  # noqa: F401 - a fixture
+    must_draw,
     raises_clearly,
     reference_hidden_states,
     reference_raw_last_block,
@@ -721,7 +722,7 @@ def test_figure_right_panel_shows_the_variance_per_layer_as_squares(ex, tiny_ref
 def test_figure_saves_to_png_without_a_display(ex, tiny_reference, figures, tmp_path):
     fig, _ = draw(ex, tiny_reference, figures)
     path = tmp_path / "figure6.png"
-    fig.savefig(path)
+    must_draw(fig, lambda: fig.savefig(path))
     expect(path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", "figure-not-png",
            "the saved figure is not a PNG file")
 

@@ -31,6 +31,7 @@ from tests.support import (  # noqa: E402
     check_shape,
     check_tensor,
     computed_once,
+    draw_headless,
     drawn_heatmaps,
     expect,
     figures,  # noqa: F401 - the fixture that closes the figures a test makes
@@ -565,6 +566,7 @@ def test_plot_patching_effect(ex, figures):
     expect(size <= row_points * 1.05, "patching-plot-illegible", (
         f"with 30 blocks each row is {row_points:.1f} points tall, but the row labels are "
         f"{size:g} points: make the figure about 0.25 inch per block tall"))
+    draw_headless(fig)
 
 
 # ----------------------------------------------------------------------------- trained weights

@@ -24,6 +24,7 @@ from tests.support import (  # noqa: E402
     check_shape,
     check_tensor,
     computed_once,
+    draw_headless,
     drawn_points,
     expect,
     figures,  # noqa: F401 - the fixture that closes the figures a test makes
@@ -320,6 +321,7 @@ def test_plot_estimate_against_exact(ex, figures):
             f"label the worst cells with ax.annotate as 'L<block> <token>': expected {label!r} "
             f"among {texts}"))
     assert ax.get_xlabel() and ax.get_ylabel(), "label both axes"
+    draw_headless(fig)
 
 
 # ----------------------------------------------------------------------------- trained weights

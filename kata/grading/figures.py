@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Callable
 
 import kata
+from kata.drawable import why_not_drawn
 from kata.drawings import Inputs, drawing
 from kata.impl import ImplementationImportError, import_implementation, stub_reached
 from kata.manifest import Exercise, Figure, check_recipes, load_manifest
@@ -233,6 +234,7 @@ def draw_all(out: Path, impl: str, model_name: str | None, not_done: set[str],
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
     out.mkdir(parents=True, exist_ok=True)
     model, tokenizer = loaded or kata.load_model(model_name)
@@ -246,8 +248,13 @@ def draw_all(out: Path, impl: str, model_name: str | None, not_done: set[str],
         if result is None:
             print(f"  skipped  {figure.caption}: {why}")
             continue
-        problems = [] if isinstance(result, str) else legibility_problems(result)
-        path = _save(result, out / figure.file)
+        try:
+            problems = [] if isinstance(result, str) else legibility_problems(result)
+            path = _save(result, out / figure.file)
+        except Exception as error:  # noqa: BLE001 - a figure matplotlib cannot draw
+            print(f"  skipped  {figure.caption}: {why_not_drawn(result, error)}")
+            plt.close(result)
+            continue
         written += 1
         note = (f"  ({exercise.id} not done yet: check it against the tests)"
                 if exercise.id in not_done else "")

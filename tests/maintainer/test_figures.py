@@ -110,6 +110,63 @@ def test_the_reference_figures_and_a_contact_sheet_are_written(tmp_path, capsys,
     assert "hard to read" not in printed, "the reference figures must be legible"
 
 
+def _figure_with(place: str, text: str):
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1], label="line")
+    if place == "title":
+        ax.set_title(text)
+    elif place == "tick":
+        ax.set_xticks([0, 1], ["fine", text])
+    elif place == "legend":
+        ax.legend([text])
+    else:
+        fig.suptitle(text)
+    return fig
+
+
+@pytest.mark.parametrize("place, where", [("title", "the title of panel 1"),
+                                          ("tick", "an x tick label of panel 1"),
+                                          ("legend", "the legend of panel 1"),
+                                          ("suptitle", "the figure's title")])
+def test_a_figure_that_cannot_be_drawn_is_told_by_the_text_that_stops_it(place, where):
+    from kata.drawable import why_not_drawn
+
+    fig = _figure_with(place, r"$\lVert h \rVert$")
+    try:
+        with pytest.raises(ValueError) as error:
+            fig.draw_without_rendering()
+        said = why_not_drawn(fig, error.value)
+    finally:
+        plt.close(fig)
+    assert said.startswith(f"your figure cannot be drawn: {where}, ") and "\\lVert" in said, said
+    assert "mathtext" in said and "\\$" in said, said
+
+
+def test_a_figure_that_fails_for_another_reason_names_matplotlib_s_error():
+    from kata.drawable import why_not_drawn
+
+    fig = _figure_with("title", "a $5 and a $6 bill")  # two '$': mathematics, but it parses
+    try:
+        said = why_not_drawn(fig, RuntimeError("no renderer"))
+    finally:
+        plt.close(fig)
+    assert said.startswith("your figure cannot be drawn: matplotlib stops with RuntimeError: "
+                           "no renderer."), said
+
+
+def test_the_figures_command_skips_a_figure_it_cannot_draw_with_the_reason(
+        tmp_path, capsys, monkeypatch, tiny_gpt2):
+    monkeypatch.setattr(figures, "_draw", lambda *args: (_figure_with("title", r"$\tfrac{1}{2}$"),
+                                                         ""))
+    written = figures.draw_all(tmp_path / "figs", "solutions", "tiny-gpt2", set(), tiny_gpt2,
+                               reference=False)
+    printed = capsys.readouterr().out
+    assert written == 0
+    skipped = [line for line in printed.splitlines() if line.strip().startswith("skipped")]
+    assert len(skipped) == len(figures.planned_figures()), printed
+    assert all("the title of panel 1, '$\\\\tfrac{1}{2}$'" in line for line in skipped), printed
+
+
 def test_every_figure_says_what_to_expect_on_both_trained_models():
     for exercise in load_manifest():
         for figure in exercise.figures:

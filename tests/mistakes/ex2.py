@@ -26,7 +26,8 @@ if skip_first:
 ''', PAIRS="torch.triu_indices(n_tokens, n_tokens, offset=1)",
     VALUES="token_similarity(hidden_states, layer)[rows, cols]")
 
-# plot_layer_similarity: which token's data each panel shows (DATA), the colour limits (LIMITS).
+# plot_layer_similarity: which token's data each panel shows (DATA), the colour limits (LIMITS),
+# the layer axis's label (Y_LABEL).
 _layer_figure = template('''
 def plot_layer_similarity(hidden_states, token_indices, token_labels, vmin=0.8, vmax=1.0):
     fig, axes = plt.subplots(1, len(token_indices), squeeze=False)
@@ -35,10 +36,10 @@ def plot_layer_similarity(hidden_states, token_indices, token_labels, vmin=0.8, 
                           {LIMITS}, origin="lower")
         ax.set_title(f"token {token_index}: {token_labels[token_index]!r}")
         ax.set_xlabel("layer")
-        ax.set_ylabel("layer")
+        ax.set_ylabel({Y_LABEL})
     fig.colorbar(image, ax=axes[0].tolist())
     return fig
-''', DATA="token_index", LIMITS="vmin=vmin, vmax=vmax")
+''', DATA="token_index", LIMITS="vmin=vmin, vmax=vmax", Y_LABEL='"layer"')
 
 MISTAKES = catalogue(
     "ex2",
@@ -172,6 +173,11 @@ def plot_layer_similarity(hidden_states, token_indices, token_labels, vmin=0.8, 
     fig.colorbar(image, ax=axes)
     return fig
 '''),
+    ("tex-matplotlib-cannot-parse",
+     "labels the layer axis with TeX that matplotlib's mathtext does not know (\\textrm), so "
+     "every call succeeds and the figure fails only when it is drawn",
+     "figure-cannot-be-drawn", _layer_figure(
+         Y_LABEL=r'r"layer $\ell$ ($\textrm{block output}$)"')),
     ("laminar-mean-over-pairs-axis",
      "the mean line is ax.plot(range(n_layers + 1), profile.mean(dim=0)): the mean over the "
      "layers, whose length (one per pair) matplotlib refuses against the layers' x",
