@@ -13,7 +13,9 @@ from __future__ import annotations
 import ast
 import importlib
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import pytest
 
@@ -22,6 +24,7 @@ from kata.grading.records import Outcome, TestRecord
 from kata.manifest import load_manifest
 
 EXERCISES = {exercise.id: exercise for exercise in load_manifest()}
+T = TypeVar("T")
 
 
 def defined_functions(code: str) -> set[str]:
@@ -109,17 +112,32 @@ class PlantedRun:
 
 _PLANTED_RUNS: dict[tuple[str, str], PlantedRun] = {}
 
+#: The order a learner's ``pytest`` gives: the fast tests on the tiny model first, then, only if
+#: none of them failed, all of them (mistakes that only a trained model shows).
+SELECTIONS = (["-m", "not trained"], [])
+
+
+def fast_first(run: Callable[[list[str]], T], failed: Callable[[T], bool]) -> T:
+    """``run(selection)`` for each of :data:`SELECTIONS` until ``failed`` says one failed; the
+    last result."""
+    for selection in SELECTIONS:
+        result = run(selection)
+        if failed(result):
+            break
+    return result
+
 
 def planted_run(mistake, rootpath, tmp_path) -> PlantedRun:
     """Run the tests of ``mistake.exercise`` with the mistake planted, as the learner's own
-    ``pytest`` does: the fast tests on the tiny model first, then, only if none of them failed,
-    all of them (mistakes that only a trained model shows). Once per process for each mistake."""
+    ``pytest`` does (:func:`fast_first`). Once per process for each mistake."""
     key = (mistake.exercise, mistake.id)
     if key not in _PLANTED_RUNS:
-        for selection in (["-m", "not trained"], []):
+        def run(selection: list[str]) -> EveryOutcome:
             plugin = EveryOutcome(mistake.exercise)
             run_planted(mistake, rootpath, tmp_path, plugin, selection)
-            if any(t.outcome is Outcome.FAILED for t in plugin.records.values()):
-                break
+            return plugin
+
+        plugin = fast_first(run, lambda p: any(t.outcome is Outcome.FAILED
+                                               for t in p.records.values()))
         _PLANTED_RUNS[key] = PlantedRun(list(plugin.records.values()), plugin.error_types)
     return _PLANTED_RUNS[key]

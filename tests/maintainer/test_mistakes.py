@@ -12,7 +12,13 @@ from __future__ import annotations
 import pytest
 
 from kata.diagnosis import diagnosis_of
-from tests.maintainer.planting import PlantedRun, catalogue, planted_run, run_planted
+from tests.maintainer.planting import (
+    PlantedRun,
+    catalogue,
+    fast_first,
+    planted_run,
+    run_planted,
+)
 from tests.mistakes import Mistake
 
 pytestmark = pytest.mark.maintainer
@@ -67,17 +73,18 @@ class FirstFailure:
 
 def run_tests_with_mistake(mistake: Mistake, rootpath, tmp_path,
                            boundary: str = "pytest") -> FirstFailure:
-    """Run the exercise's tests with the mistake planted: the fast tests on the tiny model first,
-    then, only if none of them failed, all of them. For the learner's own ``pytest`` this is the
-    run the root-diagnosis check reads too (``planting.planted_run``, once per process)."""
+    """Run the exercise's tests with the mistake planted, in the learner's order
+    (``planting.fast_first``). For the learner's own ``pytest`` this is the run the
+    root-diagnosis check reads too (``planting.planted_run``, once per process)."""
     if boundary == "pytest":
         return FirstFailure.of(planted_run(mistake, rootpath, tmp_path))
-    for selection in (["-m", "not trained"], []):
+
+    def run(selection: list[str]) -> FirstFailure:
         first = FirstFailure()
         run_planted(mistake, rootpath, tmp_path, first, selection, boundary)
-        if first.test is not None:
-            break
-    return first
+        return first
+
+    return fast_first(run, lambda first: first.test is not None)
 
 
 def test_catalogue_is_large_and_covers_every_exercise():
