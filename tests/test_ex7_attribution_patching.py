@@ -19,7 +19,12 @@ from matplotlib.figure import Figure  # noqa: E402
 import kata  # noqa: E402
 from kata.diagnosis import diagnose  # noqa: E402
 from kata.hooks import hook_snapshot  # noqa: E402
-from kata.reference import attribution_reference, patching_reference  # noqa: E402
+from kata.reference import (  # noqa: E402
+    attribution_reference,
+    logit_difference_of,
+    patching_reference,
+    reference_logits,
+)
 from tests.support import (  # noqa: E402
     check_shape,
     check_tensor,
@@ -65,7 +70,8 @@ def clear_grads(model):
 
 
 def call_attribution(ex, model, args):
-    """The learner's estimate; a missing graph is named, not shown as autograd's RuntimeError."""
+    """The learner's estimate on valid prompts; a missing graph is named, not shown as
+    autograd's RuntimeError, and a ValueError on these prompts is told with their metrics."""
     try:
         return ex.attribution_patching(model, *args)
     except RuntimeError as error:
@@ -75,9 +81,40 @@ def call_attribution(ex, model, args):
                 "corrupted run and the backward pass must not be under torch.no_grad(); only "
                 "the clean run is"))
         raise
+    except ValueError as error:
+        refused = str(error).splitlines()[0] if str(error) else "ValueError"
+    clean, corrupted, good, bad = args
+    metrics = [logit_difference_of(reference_logits(model, ids), good, bad).item()
+               for ids in (clean, corrupted)]
+    diagnose("attribution-rejects-valid-prompts", (
+        f"your attribution_patching raised ValueError ({refused}) on two valid prompts of "
+        f"{clean.shape[-1]} tokens each, whose metrics log p(good) - log p(bad) differ: "
+        f"{metrics[0]:.4g} on the clean prompt, {metrics[1]:.4g} on the corrupted one. If your "
+        "check found the two metrics equal, compute them from log-probabilities "
+        "(torch.log_softmax), not probabilities: a model that spreads its probability over many "
+        "tokens gives each a tiny one, and their differences all but vanish"))
 
 
 # ----------------------------------------------------------------------------- the estimate
+
+
+def check_estimate_shape(estimate, expected, name: str) -> None:
+    """``(n_layers, T)``, one number a cell; a sum over the wrong dimension (or none) is named."""
+    n_layers, n_tokens = expected.shape
+    shape = tuple(estimate.shape)
+    if len(shape) == 3 and shape[:2] == (n_layers, n_tokens):
+        diagnose("attribution-not-summed-over-d-model", (
+            f"{name} has shape {shape}: one number per hidden coordinate. A cell is the dot "
+            "product (h_clean - h_corrupted) . dm/dh of two d_model vectors: multiply, then sum "
+            f"over the last dimension, to get ({n_layers}, {n_tokens})"))
+    if len(shape) == 2 and shape[0] == n_layers and shape[1] != n_tokens:
+        diagnose("attribution-summed-over-positions", (
+            f"{name} has shape {shape}, expected ({n_layers}, {n_tokens}): the sum went over the "
+            f"{n_tokens} positions and kept the hidden coordinates. Each position is a cell of "
+            "its own: sum (h_clean - h_corrupted) * dm/dh over d_model, the last dimension"))
+    check_shape(estimate, tuple(expected.shape), name,
+                "(n_layers, T): one row per block, one column per position",
+                diagnosis="attribution-shape-wrong")
 
 
 def test_attribution_patching_on_tiny_gpt2(ex, tiny_gpt2, tiny):
@@ -87,9 +124,7 @@ def test_attribution_patching_on_tiny_gpt2(ex, tiny_gpt2, tiny):
     finally:
         clear_grads(model)
     expected = tiny["estimate"]
-    check_shape(estimate, tuple(expected.shape), "attribution_patching",
-                "(n_layers, T): one row per block, one column per position",
-                diagnosis="attribution-shape-wrong")
+    check_estimate_shape(estimate, expected, "attribution_patching")
     expect(estimate.dtype == torch.float32 and not estimate.requires_grad,
            "attribution-not-detached-float32",
            f"return a float32 tensor detached from autograd, got {estimate.dtype} with "
@@ -341,7 +376,7 @@ def test_on_smollm2_first_blocks(ex, smollm2_first_blocks):
         clear_grads(model)
     expected = computed_once(("ex7-attribution", "smollm2-first-4-blocks-subjects"),
                              lambda: attribution_reference(model, *args))
-    check_shape(estimate, tuple(expected.shape), "attribution_patching on SmolLM2's first 4 blocks")
+    check_estimate_shape(estimate, expected, "attribution_patching on SmolLM2's first 4 blocks")
     worst = (estimate.double() - expected).abs().max().item()
     assert worst < 1e-3, (f"on SmolLM2's first 4 blocks your function's estimate differs from "
                           f"(h_clean - h_corrupted) . dm/dh by up to {worst:.3g}")
@@ -367,9 +402,7 @@ def test_secret_attribution_patching_on_a_model_of_random_sizes(ex, secret):
         clear_grads(model)
     where = (f"a GPT-2 of {model.config.n_layer} blocks, prompts {args[0][0].tolist()} and "
              f"{args[1][0].tolist()}, good {args[2]}, bad {args[3]}" + repeat_hint())
-    check_shape(estimate, tuple(expected.shape), f"attribution_patching on {where}",
-                "(n_layers, T): one row per block, one column per position",
-                diagnosis="attribution-shape-wrong")
+    check_estimate_shape(estimate, expected, f"attribution_patching on {where}")
     worst = (estimate.detach().double() - expected).abs().max().item()
     expect(worst < 1e-3, "attribution-values-wrong",
            f"attribution_patching on {where} differs from (h_clean - h_corrupted) . dm/dh, "

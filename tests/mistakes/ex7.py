@@ -9,7 +9,8 @@ from tests.mistakes import catalogue, template
 
 # A learner's complete attribution_patching, with a slot for each step a mistake changes: the
 # clean run (CLEAN_RUN), the run the gradient comes from (GRAD_RUN), the gradient (GRADIENT), the
-# difference (DIFFERENCE), the normalisation (RESULT) and the hooks' life (KEEP_RUN).
+# difference (DIFFERENCE), a cell from it (CELL), the normalisation (RESULT), the hooks' life
+# (KEEP_RUN) and the metric's probabilities (PROBABILITIES).
 _attribution = template('''
 def _keep_outputs(model, input_ids):
     outputs = []
@@ -23,7 +24,7 @@ def _keep_outputs(model, input_ids):
 
 
 def _difference(logits, good_id, bad_id):
-    log_probs = torch.log_softmax(logits[0, -1], dim=-1)
+    log_probs = {PROBABILITIES}(logits[0, -1], dim=-1)
     return log_probs[good_id] - log_probs[bad_id]
 
 
@@ -40,7 +41,7 @@ def attribution_patching(model, clean_ids, corrupted_ids, good_id, bad_id):
         raise ValueError("nothing to restore")
     {GRADIENT}
     rows = [({DIFFERENCE}) * g.detach() for c, k, g in zip(clean, corrupted, grads)]
-    estimate = torch.stack([r[0].sum(-1) for r in rows])
+    estimate = torch.stack([{CELL} for r in rows])
     return ({RESULT}).detach().float().cpu()
 ''', KEEP_RUN='''
 try:
@@ -57,7 +58,8 @@ corrupted, corrupted_logits = _keep_outputs(model, corrupted_ids)
 metric = _difference(corrupted_logits, good_id, bad_id)
 corrupted_metric = metric.item()
 ''', GRADIENT="grads = torch.autograd.grad(metric, corrupted)", DIFFERENCE="c - k.detach()",
-    RESULT="estimate / (clean_metric - corrupted_metric)")
+    RESULT="estimate / (clean_metric - corrupted_metric)", CELL="r[0].sum(-1)",
+    PROBABILITIES="torch.log_softmax")
 
 _GRAD_ON_CLEAN = '''
 with torch.no_grad():
@@ -74,6 +76,17 @@ MISTAKES = catalogue(
     "ex7",
     ("gradient-on-the-clean-run", "took the gradient on the clean run instead of the corrupted one",
      "attribution-gradient-on-clean-run", _attribution(GRAD_RUN=_GRAD_ON_CLEAN, GRADIENT="")),
+    ("metric-from-probabilities",
+     "computed the metric p(good) - p(bad) from probabilities (torch.softmax): on a model that "
+     "spreads its probability over the vocabulary both are about 0, and the function's own "
+     "check refuses valid prompts as having equal metrics",
+     "attribution-rejects-valid-prompts", _attribution(PROBABILITIES="torch.softmax")),
+    ("not-summed-over-d-model",
+     "multiplied (h_clean - h_corrupted) by the gradient but never summed over d_model",
+     "attribution-not-summed-over-d-model", _attribution(CELL="r[0]")),
+    ("summed-over-positions",
+     "summed the product over the positions (dim 0 of (T, d_model)) instead of d_model",
+     "attribution-summed-over-positions", _attribution(CELL="r[0].sum(0)")),
     ("difference-sign-flipped", "used h_corrupted - h_clean",
      "attribution-difference-sign-flipped", _attribution(DIFFERENCE="k.detach() - c")),
     ("not-normalised", "returned the estimated change of the metric without normalising it",
