@@ -21,9 +21,9 @@ def _math_error(text: str) -> str | None:
         return None
     try:
         MathTextParser("path").parse(text)
-    except ValueError as error:
+    except Exception as error:  # noqa: BLE001 - a ValueError, or a RecursionError for deep {{{
         lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-        return lines[-1] if lines else type(error).__name__
+        return lines[-1][:200] if lines else type(error).__name__
     return None
 
 
@@ -64,11 +64,12 @@ def why_not_drawn(fig, error: BaseException, whose: str = "your figure") -> str:
             continue
         complaint = _math_error(content)
         if complaint:
-            return (f"{whose} cannot be drawn: {place}, {content!r}, has text between two '$', "
+            shown = content if len(content) <= 80 else content[:77] + "..."
+            return (f"{whose} cannot be drawn: {place}, {shown!r}, has text between two '$', "
                     f"which matplotlib reads as mathematics and cannot parse ({complaint}). "
                     "Use only what matplotlib's mathtext knows (\\mathbf, \\mathrm, \\ell, "
                     "\\Vert, ...), or write a plain dollar sign as \\$")
-    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    first = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
     return (f"{whose} cannot be drawn: matplotlib stops with {type(error).__name__}"
             f"{': ' + first if first else ''}. Build it again step by step and draw it "
             "(fig.savefig) after each step to find the call that breaks it")

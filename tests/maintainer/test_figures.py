@@ -142,6 +142,20 @@ def test_a_figure_that_cannot_be_drawn_is_told_by_the_text_that_stops_it(place, 
     assert "mathtext" in said and "\\$" in said, said
 
 
+def test_a_text_too_deep_for_the_parser_is_told_too_and_shortened():
+    from kata.drawable import why_not_drawn
+
+    fig = _figure_with("title", "$" + "{" * 400 + "x" + "}" * 400 + "$")  # a RecursionError
+    try:
+        with pytest.raises(RecursionError) as error:
+            fig.draw_without_rendering()
+        said = why_not_drawn(fig, error.value)
+    finally:
+        plt.close(fig)
+    assert said.startswith("your figure cannot be drawn: the title of panel 1, '${{{"), said
+    assert "recursion" in said and len(said) < 500, said
+
+
 def test_a_figure_that_fails_for_another_reason_names_matplotlib_s_error():
     from kata.drawable import why_not_drawn
 
