@@ -15,6 +15,11 @@ import numpy as np
 
 _NORMS = ("Normalize", "TwoSlopeNorm", "CenteredNorm", "LogNorm", "SymLogNorm", "PowerNorm")
 MAX_MESH_CELLS = 2**20  # cells of one rebuilt mesh: far more than any heatmap of the kata
+#: Pixels of one rebuilt figure (64 MiB of RGBA), twenty times the kata's largest. Drawing makes
+#: a buffer of width x height pixels: a figure asked for as 600 x 600 inches would cost the
+#: trusted side 14 GB. A larger one is drawn at a lower dpi, which changes no size in inches or
+#: points, so nothing a test reads.
+MAX_PIXELS = 2**24
 
 
 def _floats(values) -> np.ndarray:
@@ -337,12 +342,19 @@ def _rebuild_mesh(fig, ax, data: dict, all_axes: list) -> None:
     _link_colorbar(fig, mesh, data, ax, all_axes)
 
 
+def _bounded_dpi(width: float, height: float, dpi: float) -> float:
+    """``dpi``, lowered where ``width`` x ``height`` inches would exceed :data:`MAX_PIXELS`."""
+    area = abs(width * height) * dpi * dpi
+    return dpi if area <= MAX_PIXELS else dpi * float(np.sqrt(MAX_PIXELS / area))
+
+
 def rebuild(data: dict):
     """A real :class:`matplotlib.figure.Figure` drawn from :func:`describe`'s data."""
     from matplotlib.figure import Figure
 
     size = data.get("size") or [6.4, 4.8]
-    fig = Figure(figsize=(_num(size[0], 6.4), _num(size[1], 4.8)), dpi=_num(data.get("dpi"), 100))
+    width, height = _num(size[0], 6.4), _num(size[1], 4.8)
+    fig = Figure(figsize=(width, height), dpi=_bounded_dpi(width, height, _num(data.get("dpi"), 100)))
     described = [a for a in data.get("axes", []) if isinstance(a, dict)]
     all_axes = []
     for axes in described:

@@ -330,3 +330,21 @@ def test_a_mesh_description_draws_nothing_it_does_not_hold():
         assert len(fig.axes) == 1 and not drawn_heatmaps(fig.axes[0])[0].colorbar
     [heatmap] = drawn_heatmaps(rebuild(described_mesh(cmap="learners_own")).axes[0])
     assert heatmap.cmap == "learners_own" and heatmap.values.shape == (2, 3)
+
+
+@pytest.mark.parametrize("size, dpi", [((600.0, 600.0), 100.0), ((6.4, 4.8), 1e6), ((1e4, 1.0), 72.0)])
+def test_a_figure_too_large_to_draw_is_drawn_smaller_at_the_same_size_in_inches(size, dpi):
+    """A learner's figure of 600 x 600 inches would make the trusted side draw 3.6e9 pixels
+    (14 GB): it is rebuilt at a lower dpi, every size in inches and points kept."""
+    from kata.remote.figures import MAX_PIXELS, rebuild
+
+    fig = rebuild({"size": list(size), "dpi": dpi, "axes": [{"title": "big"}]})
+    width, height = fig.get_size_inches()
+    assert (width, height) == pytest.approx(size)
+    assert width * height * fig.dpi ** 2 <= MAX_PIXELS * 1.0001
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    assert renderer.width * renderer.height <= MAX_PIXELS * 1.01
