@@ -11,8 +11,9 @@ GitHub Classroom runs on every push of a learner's repository:
   ``python grader.py classroom-step N`` (:func:`grade_step`), which grades exercise N of
   ``exercises/`` with the grader's runner (the time limit below, crash and memory handling) and
   writes the step's ``result`` output in the reporter's format (:func:`reporter_result`): one
-  entry per test, each worth an equal share of the exercise's points, so Classroom's partial
-  credit is the batch grader's (``grader.py batch``) to the hundredth of a point;
+  entry per test, the passing ones sharing the exercise's points equally (one entry per function
+  where the secret checks cap the points), so Classroom's partial credit is the batch grader's
+  (``grader.py batch``) to the hundredth of a point;
 * then ``classroom-resources/autograding-grading-reporter@v1``, which adds the steps' scores up
   and sends the total to Classroom.
 
@@ -102,33 +103,63 @@ def _q(value) -> str:
 # --------------------------------------------------------------------------- the step's result
 
 
-def reporter_result(row: ExerciseResult) -> dict:
-    """One exercise's result in the format of ``autograding-grading-reporter``: ``max_score``
-    (the exercise's points; 0 for a bonus exercise, which the reporter then leaves out of the
-    total) and a test entry per counted test, each worth an equal share. The scores add up to
-    the batch grader's points for the exercise (:attr:`ExerciseResult.points`)."""
-    exercise = row.exercise
-    maximum = 0 if exercise.bonus else exercise.points
-    counted = row.counted
-    tests = []
-    earned = 0  # passing tests so far: the k-th earns round(points * k / n, 2) minus the last
-    for test in counted:
+def _shares(points: float, n: int) -> list[float]:
+    """``points`` split into ``n`` scores of two decimals that add up to it: the k-th is
+    ``round(points * k / n, 2)`` minus the (k-1)-th."""
+    return [round(round(points * k / n, 2) - round(points * (k - 1) / n, 2), 2)
+            for k in range(1, n + 1)]
+
+
+def _entry(row: ExerciseResult, name: str, passed: bool, score: float, message: str) -> dict:
+    return {"name": f"{row.exercise.id}: {name}", "status": "pass" if passed else "fail",
+            "score": score, "message": sanitize.bounded(message, RESULT_MESSAGE_CHARS)}
+
+
+def _test_entries(row: ExerciseResult, points: float) -> list[dict]:
+    """One entry per counted test; the passing tests share ``points`` equally."""
+    passing = [] if row.void else [t for t in row.counted if t.passed]
+    scores = iter(_shares(points, len(passing)))
+    entries = []
+    for test in row.counted:
         passed = test.passed and not row.void
         message = (f"{row.status}: {row.message}" if row.void
                    else "" if passed else test.message or test.outcome.value)
-        score = 0
-        if passed and maximum:
-            earned += 1
-            score = round(round(exercise.points * earned / len(counted), 2)
-                          - round(exercise.points * (earned - 1) / len(counted), 2), 2)
-        tests.append({"name": f"{exercise.id}: {test.name}",
-                      "status": "pass" if passed else "fail", "score": score,
-                      "message": sanitize.bounded(message, RESULT_MESSAGE_CHARS)})
+        entries.append(_entry(row, test.name, passed, next(scores) if passed else 0, message))
+    return entries
+
+
+def _function_entries(row: ExerciseResult, points: float) -> list[dict]:
+    """One entry per public function, passing where its secret checks confirmed it; the
+    confirmed ones share ``points`` equally. Used where the secret checks cap the points, so
+    that the reporter's own count (passed entries / entries x max_score) is the same share."""
+    scores = iter(_shares(points, len(row.confirmed)))
+    entries = []
+    for function in row.exercise.functions:
+        confirmed = function in row.confirmed
+        failed = [t for t in row.tests if function in t.checks and not t.passed]
+        why = (f"its secret check {failed[0].name} failed: {failed[0].message}" if failed
+               else "no secret check of it ran")
+        entries.append(_entry(row, f"{function} (confirmed by its secret checks)", confirmed,
+                              next(scores) if confirmed else 0,
+                              "" if confirmed else f"{function} is not confirmed: {why}"))
+    return entries
+
+
+def reporter_result(row: ExerciseResult) -> dict:
+    """One exercise's result in the format of ``autograding-grading-reporter``: ``max_score``
+    (the exercise's points; 0 for a bonus exercise, which the reporter then leaves out of the
+    total) and entries whose scores add up to the batch grader's points for the exercise
+    (:attr:`ExerciseResult.points`). The reporter grades with the scores, and prints passed
+    entries / entries x max_score, so both must be that share: an entry per counted test, the
+    passing ones sharing the points equally; or, where the secret checks confirm a smaller
+    share of the functions than the tests passed (answers that fit the public inputs only), an
+    entry per function, passing where confirmed."""
+    exercise = row.exercise
+    maximum = 0 if exercise.bonus else exercise.points
+    points = row.points if maximum else 0
+    tests = _function_entries(row, points) if row.capped else _test_entries(row, points)
     if not tests:  # nothing ran (the file does not import, or every test skipped)
-        tests.append({"name": f"{exercise.id}: {row.status}",
-                      "status": "pass" if row.done else "fail", "score": 0,
-                      "message": sanitize.bounded(row.message or row.status.value,
-                                                  RESULT_MESSAGE_CHARS)})
+        tests.append(_entry(row, str(row.status), row.done, 0, row.message or row.status.value))
     return {"version": 1, "status": "pass" if row.done else "fail", "max_score": maximum,
             "tests": tests}
 
@@ -174,8 +205,8 @@ def workflow_yaml(exercises: Sequence[Exercise]) -> str:
     lines = [
         "# GitHub Classroom autograding for the hidden-states kata.",
         "# Generated by `python grader.py classroom` from kata/exercises.toml: regenerate it",
-        "# rather than editing it. One step per exercise; each test is worth an equal share of",
-        "# its exercise's points, as in `grader.py batch`. The bonus exercise has max_score 0:",
+        "# rather than editing it. One step per exercise; its passing tests share the",
+        "# exercise's points, as in `grader.py batch`. The bonus exercise has max_score 0:",
         "# the reporter cannot give extra credit, so Classroom's total is the main part's.",
         "name: Autograding Tests",
         '"on":',

@@ -247,9 +247,17 @@ class ExerciseResult:
         if not self.total or self.void:
             return 0.0
         share = self.passed / self.total
-        if any(t.checks for t in self.tests):  # its test file has secret checks (a batch's must)
-            share = min(share, len(self.confirmed) / len(self.exercise.functions))
+        if self.capped:
+            share = len(self.confirmed) / len(self.exercise.functions)
         return round(self.exercise.points * share, 2)
+
+    @property
+    def capped(self) -> bool:
+        """Whether the secret checks hold the points below the share of tests passed: they
+        confirmed a smaller share of the public functions (answers that fit the public inputs
+        only). Only a test file with secret checks (a batch's must have them) is capped."""
+        return (bool(self.total) and not self.void and any(t.checks for t in self.tests)
+                and len(self.confirmed) / len(self.exercise.functions) < self.passed / self.total)
 
     @property
     def done(self) -> bool:

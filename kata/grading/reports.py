@@ -290,7 +290,10 @@ def json_report(results: list[SubmissionResult]) -> dict:
 
 def gradescope_results(result: SubmissionResult) -> dict:
     """Gradescope's ``results.json``: a test entry per test, worth an equal share of its
-    exercise's points. Skipped tests are left out (they count neither for nor against).
+    exercise's points. Skipped tests are left out (they count neither for nor against). Where
+    the secret checks cap an exercise's points (they confirmed a smaller share of its functions
+    than its tests passed), its passing tests earn that capped total between them, so the tests'
+    scores add up to the top-level ``score`` Gradescope records.
 
     Bonus tests follow Gradescope's extra-credit convention: each keeps its real ``max_score``
     (its score never exceeds it), is named and tagged "extra credit", and the assignment's total
@@ -300,13 +303,14 @@ def gradescope_results(result: SubmissionResult) -> dict:
     for row in result.exercises:
         exercise = row.exercise
         share = exercise.points / row.total if row.total else 0.0
+        earned = row.points / row.passed if row.capped else share  # capped: less than a share
         label = f"{exercise.id} {exercise.title}"
         extra = {"tags": ["extra credit"]} if exercise.bonus else {}
         suffix = " (extra credit)" if exercise.bonus and "extra credit" not in label else ""
         for number, test in enumerate(row.counted, start=1):
             entry = {
                 "name": f"{label}: {test.name}{suffix}", "number": f"{exercise.number}.{number}",
-                "score": round(share if test.passed and not row.void else 0.0, 4),
+                "score": round(earned if test.passed and not row.void else 0.0, 4),
                 "max_score": round(share, 4),
                 "status": "passed" if test.passed and not row.void else "failed",
                 "output": (f"{row.status}: {row.message}" if row.void
@@ -324,6 +328,8 @@ def gradescope_results(result: SubmissionResult) -> dict:
                           **extra})
     lines = [f"{r.exercise.id} {r.exercise.title}: {r.status}, {r.passed}/{r.total} tests, "
              f"{_points(r.points)}/{_points(r.max_points)} points"
+             + (f" (the secret checks confirmed {len(r.confirmed)} of its "
+                f"{len(r.exercise.functions)} functions)" if r.capped else "")
              + (f" ({r.skipped} skipped, counted neither for nor against)" if r.skipped else "")
              + (" (extra credit)" if r.exercise.bonus else "")
              for r in result.exercises]

@@ -583,6 +583,44 @@ def test_each_steps_result_is_the_batch_points_and_the_bonus_is_outside_the_tota
         assert json.loads(base64.b64decode(line[7:])) == result
 
 
+def _checked_row(exercise, public_passed: int, confirmed: int) -> ExerciseResult:
+    """Ten public tests (``public_passed`` pass) and one secret check per function (the first
+    ``confirmed`` pass), as a batch records them."""
+    tests = [TestRecord(f"{exercise.tests}::test_{k}", exercise.id, f"test_{k}",
+                        Outcome.PASSED if k < public_passed else Outcome.FAILED,
+                        "" if k < public_passed else "wrong")
+             for k in range(10)]
+    for k, function in enumerate(exercise.functions):
+        name = f"test_secret_{function}"
+        tests.append(TestRecord(f"{exercise.tests}::{name}", exercise.id, name,
+                                Outcome.PASSED if k < confirmed else Outcome.FAILED,
+                                "" if k < confirmed else "differs on the secret inputs",
+                                checks=(function,)))
+    status, message = exercise_status(tests)
+    return ExerciseResult(exercise, status, tests, message)
+
+
+def test_a_step_capped_by_its_secret_checks_reports_the_batch_points_both_ways():
+    """Answers that fit the public inputs only: the tests mostly pass, the secret checks do not.
+    The reporter's grade (the scores' sum) and its printed share (passed entries / entries x
+    max_score) are both the batch's capped points."""
+    rows = [_checked_row(e, public, confirmed) for e in EXERCISES if not e.bonus
+            for public, confirmed in ((10, 0), (9, 1), (10, len(e.functions)), (3, 1))]
+    capped = 0
+    for row in rows:
+        result = classroom.reporter_result(row)
+        score = sum(t["score"] for t in result["tests"])
+        shown = sum(t["status"] == "pass" for t in result["tests"]) / len(result["tests"])
+        assert abs(score - row.points) <= 0.01, (row.exercise.id, score, row.points)
+        assert abs(shown * result["max_score"] - row.points) <= 0.01, (row.exercise.id, shown)
+        if len(row.confirmed) < len(row.exercise.functions) and row.passed > 4:
+            capped += 1
+            failing = [t for t in result["tests"] if t["status"] == "fail"]
+            assert failing and all("is not confirmed: its secret check" in t["message"]
+                                   for t in failing), failing
+    assert capped >= 2
+
+
 def test_the_workflow_validates_against_githubs_schema(template, tmp_path):
     tool = _check_jsonschema()
     if tool is None:
@@ -764,3 +802,19 @@ def test_gradescope_results_of_synthetic_learners_are_valid():
         data = reports.gradescope_results(result)
         validate_gradescope_results(data)
         assert data["score"] == result.points
+
+
+def test_gradescope_tests_add_up_to_the_capped_points_too():
+    """The prepared answers' case: the secret checks hold the points below the tests' share, and
+    the tests' scores still add up to the top-level score, with the output saying why."""
+    from kata.grading import reports
+
+    rows = [_checked_row(e, 10, 1) for e in EXERCISES if not e.bonus]
+    result = SubmissionResult("prepared", rows, {"torch": "2.13.0"}, 10.0)
+    data = reports.gradescope_results(result)
+    validate_gradescope_results(data)
+    assert data["score"] == result.points < sum(r.max_points for r in rows) / 2
+    assert abs(sum(t["score"] for t in data["tests"]) - data["score"]) <= 0.01
+    assert all(t["score"] <= t["max_score"] + 1e-9 for t in data["tests"])
+    assert all(r.capped for r in rows)
+    assert data["output"].count("the secret checks confirmed 1 of its") == len(rows)
