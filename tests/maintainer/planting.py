@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 import textwrap
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TypeVar
 
 import pytest
 
-from kata.diagnosis import diagnosis_of
 from kata.grading.records import Outcome, TestRecord
 from kata.manifest import load_manifest
 
@@ -52,9 +52,10 @@ def catalogue(package: str, name: str) -> list:
 BOUNDARIES = {"pytest": [], "grader": ["--kata-remote", "fork"]}
 
 
-def run_planted(entry, rootpath, tmp_path, plugin, options=(), boundary: str = "pytest") -> None:
+def run_planted(entry, rootpath, tmp_path, plugin=None, options=(),
+                boundary: str = "pytest") -> None:
     """Run the tests of ``entry.exercise`` against the solutions with ``entry.code`` planted,
-    reporting to ``plugin``; ``options`` are further pytest arguments (selections)."""
+    reporting to ``plugin`` (if any); ``options`` are further pytest arguments (selections)."""
     patch = tmp_path / f"{entry.exercise}_{entry.id}.py"
     patch.write_text(textwrap.dedent(entry.code))
     pytest.main(
@@ -64,38 +65,20 @@ def run_planted(entry, rootpath, tmp_path, plugin, options=(), boundary: str = "
             "-q", "-p", "no:cacheprovider", "-p", "no:unraisableexception",
             "--tb=native", "-o", "addopts=",
         ],
-        plugins=[plugin],
+        plugins=[plugin] if plugin is not None else [],
     )
 
 
-class EveryOutcome:
-    """A pytest plugin object that records every test as the grader's recorder would: outcome,
-    diagnosis id, whether it reached an untouched stub; and the type of each test's error."""
-
-    def __init__(self, exercise_id: str):
-        self.exercise_id = exercise_id
-        self.records: dict[str, TestRecord] = {}
-        self.error_types: dict[str, str] = {}
-
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(self, item, call):
-        outcome = yield
-        report = outcome.get_result()
-        if report.when != "call" and not report.failed and not report.skipped:
-            return
-        if report.nodeid in self.records and self.records[report.nodeid].outcome is not \
-                Outcome.PASSED:
-            return  # the first failing phase is the verdict (a leaked hook fails at teardown)
-        error = call.excinfo.value if call.excinfo is not None else None
-        found = diagnosis_of(error)
-        result = (Outcome.SKIPPED if report.skipped else Outcome.FAILED if report.failed
-                  else Outcome.PASSED)
-        self.records[report.nodeid] = TestRecord(
-            report.nodeid, self.exercise_id, item.name, result,
-            str(error)[:400] if error is not None else "",
-            stub=isinstance(error, NotImplementedError),
-            diagnosis=found.id if found is not None else None)
-        self.error_types[report.nodeid] = type(error).__name__ if error is not None else ""
+def recorded_run(entry, rootpath, tmp_path, options=()) -> list[TestRecord]:
+    """:func:`run_planted` with the grader's own recorder (``kata.grading.recorder``): every
+    test's record as the grader builds it (outcome of the first phase that failed, message,
+    diagnosis id, stub), in the order the tests ran."""
+    record = tmp_path / f"{entry.exercise}_{entry.id}.records.jsonl"
+    record.unlink(missing_ok=True)
+    run_planted(entry, rootpath, tmp_path, None,
+                [*options, "-p", "kata.grading.recorder", f"--kata-record={record}"])
+    events = (json.loads(line) for line in record.read_text(encoding="utf-8").splitlines())
+    return [TestRecord.from_json(event) for event in events if event.get("event") == "result"]
 
 
 @dataclass
@@ -103,11 +86,14 @@ class PlantedRun:
     """Every test's record with a mistake planted, in the order the tests ran."""
 
     records: list[TestRecord]
-    error_types: dict[str, str] = field(default_factory=dict)
 
     def first_failure(self) -> TestRecord | None:
         """The verdict a learner reads first: the first test that failed, in any phase."""
-        return next((t for t in self.records if t.outcome is Outcome.FAILED), None)
+        return next((t for t in self.records if t.outcome in FAILING), None)
+
+
+#: Outcomes of a test that did not pass: it failed, or its setup did.
+FAILING = (Outcome.FAILED, Outcome.ERROR)
 
 
 _PLANTED_RUNS: dict[tuple[str, str], PlantedRun] = {}
@@ -132,12 +118,7 @@ def planted_run(mistake, rootpath, tmp_path) -> PlantedRun:
     ``pytest`` does (:func:`fast_first`). Once per process for each mistake."""
     key = (mistake.exercise, mistake.id)
     if key not in _PLANTED_RUNS:
-        def run(selection: list[str]) -> EveryOutcome:
-            plugin = EveryOutcome(mistake.exercise)
-            run_planted(mistake, rootpath, tmp_path, plugin, selection)
-            return plugin
-
-        plugin = fast_first(run, lambda p: any(t.outcome is Outcome.FAILED
-                                               for t in p.records.values()))
-        _PLANTED_RUNS[key] = PlantedRun(list(plugin.records.values()), plugin.error_types)
+        records = fast_first(lambda selection: recorded_run(mistake, rootpath, tmp_path, selection),
+                             lambda run: any(t.outcome in FAILING for t in run))
+        _PLANTED_RUNS[key] = PlantedRun(records)
     return _PLANTED_RUNS[key]

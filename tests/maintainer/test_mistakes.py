@@ -61,8 +61,10 @@ class FirstFailure:
         first = cls()
         record = run.first_failure()
         if record is not None:
-            first.test, first.message = record.nodeid, record.message
-            first.diagnosis, first.error_type = record.diagnosis, run.error_types[record.nodeid]
+            first.test, first.message, first.diagnosis = record.nodeid, record.message, \
+                record.diagnosis
+            kind = record.message.partition(":")[0]  # the recorder's "TypeError: ..."
+            first.error_type = kind if kind.isidentifier() else "failure"
         return first
 
     @property
