@@ -35,7 +35,6 @@ from tests.support import (  # noqa: E402
     check_shape,
     check_tensor,
     computed_once,
-    draw_headless,
     drawn_heatmaps,
     expect,
     heatmap_axes,
@@ -573,7 +572,6 @@ def test_plot_logit_lens_labels(ex, tiny_gpt2, tiny):
         )
         assert ax.get_xlabel() and ax.get_ylabel(), "label both axes ('Input token', 'Layer')"
         assert len(fig.axes) >= 2, "add a colorbar (fig.colorbar) so the colours can be read"
-        draw_headless(fig)
     finally:
         plt.close(fig)
 
@@ -649,7 +647,6 @@ def test_plot_rank_by_layer(ex):
             pytest.fail(f"the line for {line.get_label()!r} should be median rank + 1: "
                         f"expected {lower.tolist()}, got {y.tolist()}")
         assert ax.get_xlabel() and ax.get_ylabel(), "label both axes"
-        draw_headless(fig)
     finally:
         plt.close(fig)
 
