@@ -18,8 +18,12 @@ MAX_MESH_CELLS = 2**20  # cells of one rebuilt mesh: far more than any heatmap o
 #: Pixels of one rebuilt figure (64 MiB of RGBA), twenty times the kata's largest. Drawing makes
 #: a buffer of width x height pixels: a figure asked for as 600 x 600 inches would cost the
 #: trusted side 14 GB. A larger one is drawn at a lower dpi, which changes no size in inches or
-#: points, so nothing a test reads.
+#: points, so nothing a test reads; one that would need less than MIN_DPI is refused.
 MAX_PIXELS = 2**24
+#: Pixels of one side of a rebuilt figure, so drawn.
+MAX_SIDE = 2**15
+#: The lowest dpi a figure is drawn at to fit (below it a 6-point text has no pixel).
+MIN_DPI = 20
 
 
 def _floats(values) -> np.ndarray:
@@ -343,9 +347,20 @@ def _rebuild_mesh(fig, ax, data: dict, all_axes: list) -> None:
 
 
 def _bounded_dpi(width: float, height: float, dpi: float) -> float:
-    """``dpi``, lowered where ``width`` x ``height`` inches would exceed :data:`MAX_PIXELS`."""
-    area = abs(width * height) * dpi * dpi
-    return dpi if area <= MAX_PIXELS else dpi * float(np.sqrt(MAX_PIXELS / area))
+    """``dpi``, lowered where ``width`` x ``height`` inches would exceed :data:`MAX_PIXELS`, or
+    :data:`MAX_SIDE` pixels on one side (matplotlib refuses 2^16 before 3.10). A figure that
+    fits only below :data:`MIN_DPI` is refused (ValueError): its texts could not be drawn."""
+    width, height = abs(width), abs(height)
+    bounds = [dpi]
+    area = width * height * dpi * dpi
+    if area > MAX_PIXELS:
+        bounds.append(dpi * float(np.sqrt(MAX_PIXELS / area)))
+    bounds += [MAX_SIDE / side for side in (width, height) if side * dpi > MAX_SIDE]
+    if min(bounds) < min(dpi, MIN_DPI):
+        raise ValueError(f"a figure of {width:g} x {height:g} inches, too large to draw (at most "
+                         f"{MAX_SIDE / MIN_DPI:g} inches a side and "
+                         f"{MAX_PIXELS / MIN_DPI ** 2:g} square inches)")
+    return min(bounds)
 
 
 def rebuild(data: dict):

@@ -332,19 +332,28 @@ def test_a_mesh_description_draws_nothing_it_does_not_hold():
     assert heatmap.cmap == "learners_own" and heatmap.values.shape == (2, 3)
 
 
-@pytest.mark.parametrize("size, dpi", [((600.0, 600.0), 100.0), ((6.4, 4.8), 1e6), ((1e4, 1.0), 72.0)])
+@pytest.mark.parametrize("size, dpi", [((150.0, 150.0), 100.0), ((6.4, 4.8), 1e6), ((1600.0, 1.0), 72.0)])
 def test_a_figure_too_large_to_draw_is_drawn_smaller_at_the_same_size_in_inches(size, dpi):
-    """A learner's figure of 600 x 600 inches would make the trusted side draw 3.6e9 pixels
-    (14 GB): it is rebuilt at a lower dpi, every size in inches and points kept."""
-    from kata.remote.figures import MAX_PIXELS, rebuild
+    """A learner's figure of 150 x 150 inches would make the trusted side draw 2.25e8 pixels
+    (900 MB): it is rebuilt at a lower dpi, every size in inches and points kept."""
+    from kata.remote.figures import MAX_PIXELS, MAX_SIDE, rebuild
 
     fig = rebuild({"size": list(size), "dpi": dpi, "axes": [{"title": "big"}]})
     width, height = fig.get_size_inches()
     assert (width, height) == pytest.approx(size)
     assert width * height * fig.dpi ** 2 <= MAX_PIXELS * 1.0001
+    assert max(width, height) * fig.dpi <= MAX_SIDE * 1.0001
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     canvas = FigureCanvasAgg(fig)
     canvas.draw()
     renderer = canvas.get_renderer()
     assert renderer.width * renderer.height <= MAX_PIXELS * 1.01
+
+
+def test_a_figure_too_large_for_any_readable_dpi_is_refused():
+    from kata.remote.figures import rebuild
+
+    for size in ([1e4, 1.0], [600.0, 600.0]):  # 600 x 600 inches at 100 dpi: 14 GB of pixels
+        with pytest.raises(ValueError, match="too large to draw"):
+            rebuild({"size": size, "dpi": 100.0, "axes": [{"title": "wide"}]})
