@@ -248,13 +248,16 @@ def draw_all(out: Path, impl: str, model_name: str | None, not_done: set[str],
         if result is None:
             print(f"  skipped  {figure.caption}: {why}")
             continue
-        try:
-            problems = [] if isinstance(result, str) else legibility_problems(result)
-            path = _save(result, out / figure.file)
-        except Exception as error:  # noqa: BLE001 - a figure matplotlib cannot draw
-            print(f"  skipped  {figure.caption}: {why_not_drawn(result, error)}")
-            plt.close(result)
-            continue
+        if isinstance(result, str):
+            problems = []
+        else:
+            try:
+                problems = legibility_problems(result)  # draws the figure
+            except Exception as error:  # noqa: BLE001 - a figure matplotlib cannot draw
+                print(f"  skipped  {figure.caption}: {why_not_drawn(result, error)}")
+                plt.close(result)
+                continue
+        path = _save(result, out / figure.file)
         written += 1
         note = (f"  ({exercise.id} not done yet: check it against the tests)"
                 if exercise.id in not_done else "")

@@ -124,34 +124,31 @@ def _figure_with(place: str, text: str):
     return fig
 
 
+def _told(fig, error_type) -> str:
+    """What :func:`kata.drawable.why_not_drawn` says of ``fig``, whose drawing must raise
+    ``error_type``; the figure is closed."""
+    from kata.drawable import why_not_drawn
+
+    try:
+        with pytest.raises(error_type) as error:
+            fig.draw_without_rendering()
+        return why_not_drawn(fig, error.value)
+    finally:
+        plt.close(fig)
+
+
 @pytest.mark.parametrize("place, where", [("title", "the title of panel 1"),
                                           ("tick", "an x tick label of panel 1"),
                                           ("legend", "the legend of panel 1"),
                                           ("suptitle", "the figure's title")])
 def test_a_figure_that_cannot_be_drawn_is_told_by_the_text_that_stops_it(place, where):
-    from kata.drawable import why_not_drawn
-
-    fig = _figure_with(place, r"$\lVert h \rVert$")
-    try:
-        with pytest.raises(ValueError) as error:
-            fig.draw_without_rendering()
-        said = why_not_drawn(fig, error.value)
-    finally:
-        plt.close(fig)
+    said = _told(_figure_with(place, r"$\lVert h \rVert$"), ValueError)
     assert said.startswith(f"your figure cannot be drawn: {where}, ") and "\\lVert" in said, said
     assert "mathtext" in said and "\\$" in said, said
 
 
 def test_a_text_too_deep_for_the_parser_is_told_too_and_shortened():
-    from kata.drawable import why_not_drawn
-
-    fig = _figure_with("title", "$" + "{" * 400 + "x" + "}" * 400 + "$")  # a RecursionError
-    try:
-        with pytest.raises(RecursionError) as error:
-            fig.draw_without_rendering()
-        said = why_not_drawn(fig, error.value)
-    finally:
-        plt.close(fig)
+    said = _told(_figure_with("title", "$" + "{" * 400 + "x" + "}" * 400 + "$"), RecursionError)
     assert said.startswith("your figure cannot be drawn: the title of panel 1, '${{{"), said
     assert "recursion" in said and len(said) < 500, said
 
