@@ -311,7 +311,7 @@ def phase_breakdown(kept: Path) -> dict[str, float]:
                 add(f"learner {words[1]}", float(words[2]))
         before = 0.0
         for name, label in (("started", "interpreter and torch"), ("imports", "imports"),
-                            ("models", "models")):
+                            ("models", "models"), ("joined", "forked from the warm parent")):
             if name in phases:
                 add(f"learner start: {label}", phases[name] - before)
                 before = phases[name]

@@ -14,6 +14,7 @@ to, grow or ``fallocate``.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -112,10 +113,11 @@ def _close_all(fds) -> None:
 class LearnerServer:
     """The running :mod:`kata.remote.server`, and the tail of what it wrote to stderr."""
 
-    def __init__(self, process: subprocess.Popen):
+    def __init__(self, process: subprocess.Popen, stream=None):
         import time
 
         self.process = process
+        self.stream = stream if stream is not None else process.stderr  # its standard error
         self.started = time.time()  # when the sandbox was started (its phases are timed from it)
         self._tail = bytearray()
         self.ready = False  # it said LEARNER_READY (before any learner file ran)
@@ -126,7 +128,7 @@ class LearnerServer:
     def _read(self) -> None:
         from .runner import LEARNER_READY
 
-        stream = self.process.stderr
+        stream = self.stream
         ready = LEARNER_READY.encode()
         while True:
             chunk = stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536)
@@ -169,6 +171,8 @@ class LearnerServer:
 
         kill_group(self.process)
         self._reader.join(timeout=5)
+        if self.stream is not self.process.stderr:
+            self.stream.close()
 
 
 @dataclass
@@ -180,6 +184,7 @@ class LearnerBox:
     sandbox: object | None = None  # a kata.grading.sandbox.Sandbox; None: no sandbox
     timeout: float = 60.0
     threads: int | None = None
+    zygote: LearnerZygote | None = None  # the batch's warm parent; None: every server starts cold
 
     def start(self, exercises: list, work_dir: Path, n: int) -> tuple[Channels, LearnerServer]:
         from .runner import child_environment
@@ -194,6 +199,8 @@ class LearnerBox:
                 command = self._command(str(self.folder), specs, cpu)
                 fds = tuple(fd for pair in channels.learner.values() for fd in pair)
                 process = self._popen(command, self.folder, env, fds)
+            elif self.zygote is not None and (process := self._warm_start(channels, cpu)):
+                return channels, process
             else:
                 from .sandbox import INSIDE_ROOT
 
@@ -213,6 +220,41 @@ class LearnerBox:
             channels.close_learner()  # the server holds them now (or never will)
         return channels, LearnerServer(process)
 
+    def _warm_start(self, channels: Channels, cpu: int) -> LearnerServer | None:
+        """The server forked from the batch's :class:`LearnerZygote` into this submission's
+        sandbox; None when the zygote cannot give one (the caller then starts it cold)."""
+        from .sandbox import INSIDE_ROOT
+
+        info_read, info_write = os.pipe()
+        err_read, err_write = os.pipe()
+        placeholder = None
+        try:
+            command = self.sandbox.command([PLACEHOLDER, "infinity"], self.folder, {},
+                                           info_fd=info_write)
+            placeholder = subprocess.Popen(command, cwd=self.folder, stdin=subprocess.DEVNULL,
+                                           stdout=subprocess.DEVNULL, stderr=err_write,
+                                           start_new_session=True, pass_fds=(info_write,))
+            os.close(info_write)
+            info_write = -1
+            first = _sandbox_pid(info_read, PLACEHOLDER_SECONDS)
+            if first is not None and self.zygote.spawn(
+                    first, self.sandbox, INSIDE_ROOT, cpu, err_write,
+                    [(i, self.modules[i], r, w) for i, (r, w) in channels.learner.items()]):
+                os.close(err_write)
+                err_write = -1
+                return LearnerServer(placeholder, os.fdopen(err_read, "rb", buffering=0))
+        except OSError:
+            pass
+        finally:
+            _close_all(fd for fd in (info_read, info_write, err_write) if fd >= 0)
+        if placeholder is not None:  # started, but no server came into it: start one cold
+            from .runner import kill_group
+
+            kill_group(placeholder)
+            self.sandbox.kill_all()
+        os.close(err_read)
+        return None
+
     @staticmethod
     def _command(root: str, specs: list[str], cpu: int) -> list[str]:
         command = [sys.executable, "-m", "kata.remote.server", "--root", root, "--cpu", str(cpu)]
@@ -230,3 +272,148 @@ class LearnerBox:
         server.kill()
         if self.sandbox is not None:
             self.sandbox.kill_all()
+
+
+#: What holds a submission's sandbox open until the zygote's child joins it (coreutils' sleep,
+#: among the system's folders every sandbox sees).
+PLACEHOLDER = shutil.which("sleep") or "/bin/sleep"
+#: How long the sandbox may take to say its first process id, and the zygote to join it.
+PLACEHOLDER_SECONDS = 30.0
+
+
+def _sandbox_pid(info_fd: int, timeout: float) -> int | None:
+    """The id of the sandbox's first process, from bwrap's ``--info-fd`` JSON; None if bwrap
+    said nothing within ``timeout`` seconds."""
+    import json
+    import select
+    import time
+
+    text, deadline = b"", time.monotonic() + timeout
+    while b"}" not in text and len(text) < 4096:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([info_fd], [], [], left)[0]:
+            return None
+        chunk = os.read(info_fd, 4096)
+        if not chunk:
+            return None
+        text += chunk
+    try:
+        pid = json.loads(text[:text.index(b"}") + 1])["child-pid"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return pid if isinstance(pid, int) and pid > 1 else None
+
+
+class LearnerZygote:
+    """The batch's warm parent of learners' servers (:mod:`kata.remote.zygote`): started once,
+    in a sandbox of its own, it loads the models; each submission's server is forked from it
+    into that submission's sandbox (:meth:`spawn`). Only for a grader run as root, the one that
+    can keep the capabilities joining a sandbox takes, without a user namespace."""
+
+    def __init__(self, process: subprocess.Popen, control, sandbox, log: Path | None = None):
+        self.process = process
+        self.log = log  # where its start's CPU seconds are written, as a learner log's phases
+        self.control = control
+        self.sandbox = sandbox  # the zygote's own (never a submission's)
+        self._lock = threading.Lock()
+        self._state = "starting"  # then "ready" or "broken"
+
+    @classmethod
+    def start(cls, instructor_root: Path, folder: Path, hide: list, memory_limit_mb: int,
+              threads: int | None, log: Path | None = None) -> LearnerZygote | None:
+        """Start the zygote on a learner box with no submission in it (``folder``); None where
+        it cannot be (not root, no sandbox, or ``KATA_WARM_LEARNERS=0``). ``log``: where to
+        write the CPU seconds its start took."""
+        import socket
+
+        from .runner import child_environment
+        from .sandbox import INSIDE_ROOT, Sandbox, sandbox_available
+
+        if os.geteuid() != 0 or not sandbox_available()[0] \
+                or os.environ.get("KATA_WARM_LEARNERS", "1") == "0":
+            return None
+        build_learner_box(instructor_root, folder, {})
+        os.chmod(folder.parent, 0o755)
+        sandbox = Sandbox.create(hide, memory_limit_mb, use_cgroup=False)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        command = [sys.executable, "-m", "kata.remote.zygote", "--control", str(theirs.fileno())]
+        wrapped = sandbox.command(command, folder, {}, warm_parent=True)
+        env = sandbox.environment(child_environment(folder, threads))
+        env["PYTHONPATH"] = INSIDE_ROOT
+        try:
+            process = subprocess.Popen(wrapped, cwd=folder, env=env, stdin=subprocess.DEVNULL,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                       start_new_session=True, pass_fds=(theirs.fileno(),))
+        except OSError:
+            ours.close()
+            return None
+        finally:
+            theirs.close()
+        return cls(process, ours, sandbox, log)
+
+    def _ready(self) -> bool:
+        """Whether the zygote has loaded its models (waited for once, by the first caller)."""
+        from .runner import STARTUP_SECONDS
+
+        if self._state == "starting":
+            self.control.settimeout(STARTUP_SECONDS)
+            try:
+                said = self.control.recv(1024).decode("ascii", errors="replace").split()
+            except OSError:
+                said = []
+            self._state = "ready" if said[:1] == ["ready"] else "broken"
+            if self.log is not None and len(said) == 2:  # the benchmarks' CPU line reads it
+                try:
+                    self.log.write_text(f"kata-learner-phase models 0 {float(said[1]):.2f}\n")
+                except (OSError, ValueError):
+                    pass
+        return self._state == "ready"
+
+    def spawn(self, first_pid: int, sandbox, root: str, cpu: int, stderr_fd: int,
+              channels: list[tuple[str, str, int, int]]) -> bool:
+        """Fork a server into the sandbox whose first process is ``first_pid``: its namespaces,
+        ``sandbox``'s cgroup and limits, ``stderr_fd`` as its standard error, and ``channels``
+        (exercise, module, read end, write end). Whether it got there; after a failure the
+        zygote is not asked again."""
+        import array
+        import socket
+
+        from kata.remote.zygote import NAMESPACES
+
+        opened: list[int] = []
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            with self._lock:
+                if not self._ready():
+                    return False
+                opened += [os.open(f"/proc/{first_pid}/ns/{name}", os.O_RDONLY)
+                           for name in NAMESPACES]
+                cgroups = sandbox.cgroup.procs_files if sandbox.cgroup is not None else []
+                opened += [os.open(path, os.O_WRONLY) for path in cgroups]
+                request = {"namespaces": list(NAMESPACES), "cgroups": len(cgroups),
+                           "root": root, "cpu": cpu,
+                           "channels": [[i, module] for i, module, _, _ in channels],
+                           **sandbox.limits()}
+                fds = [theirs.fileno(), stderr_fd, *opened,
+                       *(fd for _, _, r, w in channels for fd in (r, w))]
+                self.control.sendmsg([json.dumps(request).encode()],
+                                     [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+            theirs.close()
+            ours.settimeout(PLACEHOLDER_SECONDS)
+            said = ours.recv(1024)
+        except OSError:
+            said = b""
+        finally:
+            theirs.close()
+            ours.close()
+            _close_all(opened)
+        if said != b"ok":
+            self._state = "broken"
+        return said == b"ok"
+
+    def close(self) -> None:
+        from .runner import kill_group
+
+        self.control.close()
+        kill_group(self.process)
+        self.sandbox.close()

@@ -454,28 +454,51 @@ class Sandbox:
                     PYTHONNOUSERSITE="1")
         return kept
 
-    def command(self, command: list[str], kata_copy: Path, inputs: dict[str, Path],
-                memory_limit_mb: int | None = None) -> list[str]:
-        """``command`` (its paths already inside: /tmp/kata) wrapped in the sandbox."""
+    def limits(self, memory_limit_mb: int | None = None) -> dict[str, int]:
+        """What every process of this sandbox is held to: ``memory`` (RLIMIT_AS, bytes; 0 for
+        none), ``processes`` (RLIMIT_NPROC where no cgroup counts them; 0 for none), ``fsize``
+        (RLIMIT_FSIZE, bytes) and ``uid`` (the unprivileged uid when the grader is root, else
+        -1: the user namespace's own)."""
         memory = self.memory_limit_mb if memory_limit_mb is None else memory_limit_mb
         # The address-space limit stays even under a memory cgroup: one runaway allocation then
         # fails with a MemoryError the learner can read, instead of a kill.
-        as_limit = memory * 2**20
-        nproc = 0 if self.cgroup is not None else MAX_PROCESSES
+        return {"memory": memory * 2**20,
+                "processes": 0 if self.cgroup is not None else MAX_PROCESSES,
+                "fsize": MAX_FILE_MB * 2**20,
+                "uid": UNPRIVILEGED if os.geteuid() == 0 else -1}
+
+    def command(self, command: list[str], kata_copy: Path, inputs: dict[str, Path],
+                memory_limit_mb: int | None = None, info_fd: int | None = None,
+                warm_parent: bool = False) -> list[str]:
+        """``command`` (its paths already inside: /tmp/kata) wrapped in the sandbox.
+
+        ``info_fd``: a descriptor where bwrap writes the sandbox's first process id (JSON).
+        ``warm_parent``: the sandbox of :mod:`kata.remote.zygote`: the machine's process tree
+        (the namespaces of each submission's sandbox must be below it) and root kept, so that
+        it can fork a process into each submission's sandbox; only for a grader run as root.
+        """
+        limits = self.limits(memory_limit_mb)
         python = os.path.join(_real(sys.prefix), "bin", os.path.basename(sys.executable))
         if command and command[0] == sys.executable:
             command = [python, *command[1:]]
         root = os.geteuid() == 0
-        inner = [python, "-c", _INNER, str(as_limit), str(nproc), str(MAX_FILE_MB * 2**20),
-                 str(UNPRIVILEGED if root else -1), INSIDE_ROOT, *command]
+        if warm_parent and not root:
+            raise RuntimeError("a warm parent of learners' servers needs a grader run as root")
+        if warm_parent:  # root, and no process cap: its children take their sandbox's own
+            limits.update(uid=-1, processes=0)
+        inner = [python, "-c", _INNER, str(limits["memory"]), str(limits["processes"]),
+                 str(limits["fsize"]), str(limits["uid"]), INSIDE_ROOT, *command]
         if root:
             # As root, a user namespace would map the sandbox's uid to root outside, which owns
             # /etc/shadow. Instead: no user namespace, and the shim inside becomes an
             # unprivileged uid before anything else runs (setuid drops every capability).
-            isolation = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
-                         "--unshare-cgroup-try"]
+            isolation = ["--unshare-ipc", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+            if not warm_parent:
+                isolation.append("--unshare-pid")
         else:
             isolation = ["--unshare-all", "--cap-drop", "ALL"]
+        if info_fd is not None:
+            isolation += ["--info-fd", str(info_fd)]
         wrapped = [self.bwrap, *self.mounts(kata_copy, inputs), *isolation,
                    "--die-with-parent", "--new-session",
                    "--hostname", "kata-sandbox", "--chdir", "/tmp", "--", *inner]

@@ -202,6 +202,7 @@ class SharedTrustedSide:
     references: Path  # the batch's reference values
     worker: object | None = None  # a BatchWorker; None: each submission starts its own
     stubs: object | None = None  # an untouched.StubRun; None: every exercise is run
+    zygote: object | None = None  # a learner_box.LearnerZygote; None: learners start cold
 
     @classmethod
     def start(cls, instructor_root: Path, exercises: list[Exercise], folder: Path,
@@ -223,6 +224,13 @@ class SharedTrustedSide:
                                         env, folder / "logs", options.memory_limit_mb)
         except OSError:  # no process could be started: each submission starts its own
             shared.worker = None
+        if options.sandbox:  # the learners' side's warm parent (a grader run as root)
+            from .learner_box import LearnerZygote
+
+            shared.zygote = LearnerZygote.start(
+                instructor_root, folder / "zygote" / "learner",
+                [instructor_root, folder.parent, *options.hide], options.memory_limit_mb,
+                options.threads, folder / "logs" / "learner-zygote.err")
         shared.stubs = _stub_run(instructor_root, exercises, paths, options, shared,
                                  folder.parent)
         return shared
@@ -230,6 +238,8 @@ class SharedTrustedSide:
     def close(self) -> None:
         if self.worker is not None:
             self.worker.close()
+        if self.zygote is not None:
+            self.zygote.close()
 
 
 def _stub_run(instructor_root: Path, exercises: list[Exercise], paths, options: GradingOptions,
@@ -281,7 +291,8 @@ def run_learner_files(files: dict[str, bytes], exercises: list[Exercise], instru
 
             box = Sandbox.create([*hide, *options.hide], options.memory_limit_mb)
         learner = LearnerBox(work / "learner", {e.id: e.module for e in exercises}, box,
-                             options.timeout, options.threads)
+                             options.timeout, options.threads,
+                             shared.zygote if shared is not None and box is not None else None)
         run = run_tests(trusted, exercises, "exercises", work / "logs", options.timeout,
                         options.memory_limit_mb, options.threads, warm=True,
                         lanes=options.lanes or default_lanes(1), learner=learner,

@@ -552,15 +552,9 @@ def _say_phase(name: str) -> None:
                      f"{usage.ru_utime + usage.ru_stime:.2f}\n")
 
 
-def main(argv: list[str] | None = None) -> int:
-    _say_phase("started")  # the interpreter, and this module's imports
-    parser = argparse.ArgumentParser(prog="kata.remote.server")
-    parser.add_argument("--root", required=True, help="the folder holding exercises/")
-    parser.add_argument("--channel", action="append", default=[],
-                        metavar="EXERCISE=READ_FD,WRITE_FD,MODULE")
-    parser.add_argument("--cpu", type=int, default=0, help="CPU seconds per exercise's child")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-
+def load_session() -> Models:
+    """Import torch and matplotlib and load every session model, before any learner file runs
+    (:meth:`Models.preload`: a model that does not load raises :class:`MachineFault`)."""
     import torch
 
     if os.environ.get("KATA_TORCH_THREADS"):
@@ -571,41 +565,45 @@ def main(argv: list[str] | None = None) -> int:
     import matplotlib.pyplot  # noqa: F401
 
     _say_phase("imports")
-    root = Path(args.root)
-    sys.path.insert(0, str(root))
     models = Models()
-    try:
-        models.preload()
-    except MachineFault as error:  # before the ready line: the grader blames the machine
-        sys.stderr.write(f"kata-learner-failed: {error}\n")
-        return 1
+    models.preload()
     _say_phase("models")
+    return models
+
+
+def parse_channel(spec: str) -> tuple[str, int, int, str]:
+    """``EXERCISE=READ_FD,WRITE_FD,MODULE`` as ``(exercise, read_fd, write_fd, module)``."""
+    exercise_id, rest = spec.split("=", 1)
+    read_fd, write_fd, module = rest.split(",", 2)
+    return exercise_id, int(read_fd), int(write_fd), module
+
+
+def serve(models: Models, root: Path, channels: list[tuple[str, int, int, str]],
+          cpu_seconds: int) -> int:
+    """Say the server is ready, fork one child per exercise's channel (each imports its file and
+    answers on its pipes), and say how each ended. ``channels``: :func:`parse_channel`'s."""
+    sys.path.insert(0, str(root))
     _no_dumping()
     sys.stderr.write("kata-learner-ready\n")  # kata.grading.runner.LEARNER_READY
     sys.stderr.flush()
-    channels = []
-    for spec in args.channel:
-        _, rest = spec.split("=", 1)
-        read_fd, write_fd, module = rest.split(",", 2)
-        channels.append((int(read_fd), int(write_fd), module))
     children = {}
-    for index, (read_fd, write_fd, module) in enumerate(channels):
+    for index, (exercise_id, read_fd, write_fd, module) in enumerate(channels):
         pid = os.fork()
         if pid == 0:
             code = 1
             try:
-                for other, (r, w, _) in enumerate(channels):
+                for other, (_, r, w, _) in enumerate(channels):
                     if other != index:
                         os.close(r)
                         os.close(w)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
-                code = _serve_exercise(models, root, module, read_fd, write_fd, args.cpu)
+                code = _serve_exercise(models, root, module, read_fd, write_fd, cpu_seconds)
             except BaseException:  # noqa: BLE001 - whatever the child did, it ends here
                 traceback.print_exc()
             finally:
                 os._exit(code)
-        children[pid] = args.channel[index].split("=", 1)[0]
-    for read_fd, write_fd, _ in channels:
+        children[pid] = exercise_id
+    for _, read_fd, write_fd, _ in channels:
         os.close(read_fd)
         os.close(write_fd)
     while children:  # say how each ended: the grader names a crash by its signal
@@ -625,6 +623,22 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"kata-learner-ended {exercise_id} {ended}\n")
         sys.stderr.flush()
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    _say_phase("started")  # the interpreter, and this module's imports
+    parser = argparse.ArgumentParser(prog="kata.remote.server")
+    parser.add_argument("--root", required=True, help="the folder holding exercises/")
+    parser.add_argument("--channel", action="append", default=[],
+                        metavar="EXERCISE=READ_FD,WRITE_FD,MODULE")
+    parser.add_argument("--cpu", type=int, default=0, help="CPU seconds per exercise's child")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        models = load_session()
+    except MachineFault as error:  # before the ready line: the grader blames the machine
+        sys.stderr.write(f"kata-learner-failed: {error}\n")
+        return 1
+    return serve(models, Path(args.root), [parse_channel(c) for c in args.channel], args.cpu)
 
 
 if __name__ == "__main__":

@@ -865,3 +865,95 @@ def test_gradescope_grades_in_the_sandbox_too(tmp_path):
     time.sleep(2)  # a daemon, had it survived, would have rewritten the file by now
     data = json.loads((root / "results" / "results.json").read_text())
     assert data["score"] == 0, data["score"]
+
+
+# --------------------------------------------------------------------------- the warm parent
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0,
+                                reason="the learners' warm parent needs a grader run as root")
+
+
+def _learner_logs(work: Path) -> dict[str, str]:
+    """{submission's folder name: its learner server's kept standard error} under a kept batch
+    folder; the warm parent's own log is left out."""
+    logs = {}
+    for path in work.glob("kata-batch-*/kata-grade-*/logs/learner-*.err"):
+        logs[path.parent.parent.name] = path.read_text(errors="replace")
+    return logs
+
+
+@needs_sandbox
+@needs_root
+def test_every_server_of_the_batch_was_forked_from_the_warm_parent(batch):
+    """The batch's learners' servers are forked from one warm parent into each submission's
+    sandbox (``kata/remote/zygote.py``) instead of importing torch and loading the models
+    again; none started cold. (A flood pushes the first lines out of the kept tail.)"""
+    logs = _learner_logs(batch["out"].parent / "work")
+    assert len(logs) >= len(KINDS) - 1, sorted(logs)
+    cold = [name for name, text in logs.items() if "kata-learner-phase started" in text]
+    warm = [name for name, text in logs.items() if "kata-learner-phase joined" in text]
+    assert not cold, cold
+    assert len(warm) >= len(logs) - 1, sorted(set(logs) - set(warm))
+
+
+SPY = r'''
+import os, resource, sys
+
+def _spy():
+    def target(fd):
+        try:
+            text = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            return None
+        return text.split("[")[0]
+    fds = sorted(t for t in map(target, os.listdir("/proc/self/fd")) if t)
+    status = [l for l in open("/proc/self/status").read().splitlines()
+              if l.startswith(("CapEff", "CapPrm", "CapInh", "CapAmb", "NoNewPrivs"))]
+    limits = [resource.getrlimit(getattr(resource, n))
+              for n in ("RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_CORE")]
+    others = [p for p in os.listdir("/proc") if p.isdigit() and int(p) > 16]
+    print("SPY", repr({"fds": fds, "ids": (os.getuid(), os.geteuid(), os.getgid(),
+                                          os.getgroups()),
+                       "status": status, "limits": limits, "hostname": os.uname().nodename,
+                       "root": sorted(os.listdir("/")), "far processes": others,
+                       "parent of the tree": os.getppid() < 16,
+                       "env": sorted(k for k in os.environ if k != "KATA_WARM_LEARNERS")}),
+          file=sys.stderr, flush=True)
+
+_spy()
+'''
+
+
+@needs_sandbox
+@needs_root
+def test_a_server_forked_from_the_warm_parent_gets_what_a_cold_one_gets(tmp_path, monkeypatch):
+    """The same submission, graded once with its server forked from the warm parent and once
+    started cold (a warm parent that cannot give one: the grader falls back): the same
+    descriptors (none of the warm parent's), user, capabilities, limits, host name, folders,
+    process tree and environment, and the same grade."""
+    from kata.grading import cli
+    from kata.grading.learner_box import LearnerZygote
+
+    folder = tmp_path / "spy" / "exercises"
+    folder.mkdir(parents=True)
+    (folder / f"{EXERCISE.module}.py").write_text(SPY + _source("honest"))
+    seen = {}
+    for how in ("warm", "cold"):
+        if how == "cold":
+            monkeypatch.setattr(LearnerZygote, "spawn", lambda *args, **kwargs: False)
+        work = tmp_path / how
+        work.mkdir()
+        monkeypatch.setattr(tempfile, "tempdir", str(work))
+        out = tmp_path / f"{how}.json"
+        code = cli.main(["batch", str(folder.parent), "--json", str(out), "--keep"], root=REPO)
+        assert code == 0
+        logs = _learner_logs(work)
+        assert len(logs) == 1, logs
+        log = next(iter(logs.values()))
+        assert f"kata-learner-phase {'joined' if how == 'warm' else 'started'}" in log, log
+        spied = [line for line in log.splitlines() if line.startswith("SPY ")]
+        assert spied, log[-2000:]
+        grades = json.loads(out.read_text())["submissions"][0]
+        seen[how] = (eval(spied[0][4:]), grades["points"])  # noqa: S307 - our own repr
+    assert seen["warm"] == seen["cold"]
+    assert seen["warm"][0]["ids"][0] == 65534 and seen["warm"][0]["far processes"] == []
