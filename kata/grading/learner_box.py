@@ -9,7 +9,9 @@ solutions, no variants or mistakes, no grading code, no manifest.
 sandbox (:mod:`kata.grading.sandbox`) when there is one, with two pipes per exercise to the
 trusted worker. Its standard output goes nowhere and its standard error into a pipe of which the
 grader keeps the last :data:`STDERR_TAIL` bytes: the sandbox holds no host file it could write
-to, grow or ``fallocate``.
+to, grow or ``fallocate``. In a batch graded as root the server is not started but forked from the
+batch's :class:`LearnerZygote` into the submission's sandbox (:mod:`kata.remote.zygote`), with
+the same channels and standard error; where that fails it is started as before.
 """
 
 from __future__ import annotations

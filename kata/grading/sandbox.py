@@ -27,6 +27,14 @@ runs under ``bwrap``; the tests never do (they run on the trusted side):
   reports carry that sentence;
 * ``RLIMIT_FSIZE`` caps every file a process writes.
 
+A batch graded as root forks each submission's server from one warm parent instead of starting
+it in the sandbox (:mod:`kata.remote.zygote`, :class:`kata.grading.learner_box.LearnerZygote`):
+the submission's sandbox is made as below, with a placeholder process in it, and the parent's
+child joins its cgroup and namespaces and takes its uid and limits (:meth:`Sandbox.limits`, one
+definition for both) before any learner file is imported. The parent itself runs in a sandbox of
+:meth:`Sandbox.command` (``warm_parent=True``) with no submission in it: the same folders, root
+kept and the machine's process tree (joining a process tree needs both).
+
 The sandbox holds no file of the machine open for writing: its standard streams and its
 channels to the trusted side are pipes. It never sees the grader's environment either: only the
 variables the kata reads are passed on, never one that names a secret (:data:`SECRET_WORDS`).

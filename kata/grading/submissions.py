@@ -224,7 +224,8 @@ class SharedTrustedSide:
                                         env, folder / "logs", options.memory_limit_mb)
         except OSError:  # no process could be started: each submission starts its own
             shared.worker = None
-        if options.sandbox:  # the learners' side's warm parent (a grader run as root)
+        if options.sandbox and len(paths) > 1:  # the learners' warm parent (a grader run as
+            # root); one submission alone would only wait for it
             from .learner_box import LearnerZygote
 
             shared.zygote = LearnerZygote.start(

@@ -23,6 +23,9 @@ learner's files are imported there, with the models already loaded.
 What the learner's code can reach is what the cold start gives it: the same folders, the same
 uid, the same namespaces and limits. Neither the control socket nor any other descriptor of the
 zygote is left open in the grandchild.
+
+It parses its own few arguments, as the server does, because only the grader starts it, in a
+sandbox that holds no ``kata.grading``.
 """
 
 from __future__ import annotations

@@ -243,11 +243,14 @@ OWN_PARSE_ALLOWED = {
     "kata/grading/worker.py": "the trusted warm worker: the grader's runner starts it",
     "kata/remote/server.py": "the learner's side: the grader starts it in the sandbox, which "
                              "must not import kata.grading",
+    "kata/remote/zygote.py": "the learners' warm parent: the grader starts it in a sandbox, "
+                             "which must not import kata.grading",
     "kata/grading/figures.py": "the figures child: `grader.py figures` starts it",
     "kata/requirements.py": "run.sh runs it with the system Python before anything is installed",
 }
 #: The modules the grader itself starts with ``python -m``: the only ones a command may name.
-INTERNAL_ENTRY_POINTS = {"kata.grading.worker", "kata.remote.server", "kata.grading.figures"}
+INTERNAL_ENTRY_POINTS = {"kata.grading.worker", "kata.remote.server", "kata.remote.zygote",
+                        "kata.grading.figures"}
 PARSING_MODULES = {"argparse", "optparse", "getopt"}
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import subprocess
@@ -366,7 +367,7 @@ def _source(kind: str) -> str:
               "big": (solution, BIG), "secrets": (solution, SECRETS), "table": (solution, TABLE),
               "mutate": (solution, TABLE + MUTATE),
               "machine": (stub, MACHINE), "flood": (solution, FLOOD), "serve": (stub, SERVE),
-              "honest": (solution, "")}[kind]
+              "spy": (solution, SPY), "honest": (solution, "")}[kind]
     base, extra = attack
     return base + "\n\nREPO = " + repr(str(REPO)) + "\n" + textwrap.dedent(extra)
 
@@ -422,8 +423,39 @@ def _marked_processes() -> list[str]:
     return found
 
 
+# Run when the "spy" submission's file is imported: what its process can see of itself (its
+# descriptors, ids, capabilities, limits, host name, the processes around it), on its stderr.
+SPY = r'''
+import os, resource, sys
+
+def _spy():
+    def target(fd):
+        try:
+            text = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            return None
+        return text.split("[")[0]
+    fds = sorted(t for t in map(target, os.listdir("/proc/self/fd")) if t)
+    status = [l for l in open("/proc/self/status").read().splitlines()
+              if l.startswith(("CapEff", "CapPrm", "CapInh", "CapAmb", "NoNewPrivs"))]
+    limits = [resource.getrlimit(getattr(resource, n))
+              for n in ("RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_CORE")]
+    others = [p for p in os.listdir("/proc") if p.isdigit() and int(p) > 16]
+    print("SPY", repr({"fds": fds, "ids": (os.getuid(), os.geteuid(), os.getgid(),
+                                          os.getgroups()),
+                       "status": status, "limits": limits, "hostname": os.uname().nodename,
+                       "root": sorted(os.listdir("/")), "far processes": others,
+                       "parent of the tree": os.getppid() < 16,
+                       "env": sorted(k for k in os.environ if k != "KATA_WARM_LEARNERS")}),
+          file=sys.stderr, flush=True)
+
+_spy()
+'''
+
+
 KINDS = ["honest", "steal", "writes", "daemon", "forge", "oracle", "state", "hang", "reports",
-         "fallocate", "big", "secrets", "table", "mutate", "machine", "flood", "serve", "honest"]
+         "fallocate", "big", "secrets", "table", "mutate", "machine", "flood", "serve", "spy",
+         "honest"]
 SECRET = f"hf_kataSECRET{os.getpid()}"
 BATCH_TIMEOUT = 40  # seconds per exercise: ex2's tests take a few; the hang uses all of it
 
@@ -504,7 +536,7 @@ def _row(batch, name):
 
 @needs_sandbox
 def test_honest_submissions_keep_full_marks(batch):
-    for name in ("0-honest", f"{len(KINDS) - 1}-honest", "2-writes"):
+    for name in ("0-honest", f"{len(KINDS) - 1}-honest", "2-writes", "17-spy"):
         row = _row(batch, name)
         assert row.status is Status.DONE and row.points == row.max_points, (name, row.message)
     print(f"graded {len(KINDS)} submissions in {batch['seconds']:.1f} s")
@@ -896,64 +928,71 @@ def test_every_server_of_the_batch_was_forked_from_the_warm_parent(batch):
     assert len(warm) >= len(logs) - 1, sorted(set(logs) - set(warm))
 
 
-SPY = r'''
-import os, resource, sys
 
-def _spy():
-    def target(fd):
-        try:
-            text = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            return None
-        return text.split("[")[0]
-    fds = sorted(t for t in map(target, os.listdir("/proc/self/fd")) if t)
-    status = [l for l in open("/proc/self/status").read().splitlines()
-              if l.startswith(("CapEff", "CapPrm", "CapInh", "CapAmb", "NoNewPrivs"))]
-    limits = [resource.getrlimit(getattr(resource, n))
-              for n in ("RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_CORE")]
-    others = [p for p in os.listdir("/proc") if p.isdigit() and int(p) > 16]
-    print("SPY", repr({"fds": fds, "ids": (os.getuid(), os.geteuid(), os.getgid(),
-                                          os.getgroups()),
-                       "status": status, "limits": limits, "hostname": os.uname().nodename,
-                       "root": sorted(os.listdir("/")), "far processes": others,
-                       "parent of the tree": os.getppid() < 16,
-                       "env": sorted(k for k in os.environ if k != "KATA_WARM_LEARNERS")}),
-          file=sys.stderr, flush=True)
 
-_spy()
-'''
+@needs_sandbox
+def test_the_learners_process_holds_only_what_its_sandbox_gives(batch):
+    """What the spy saw of its own process, forked from the warm parent or started cold: its
+    standard streams and two channel pipes, no other descriptor (none of the warm parent's
+    control socket); the unprivileged uid as root, no capability, no_new_privs; the sandbox's
+    limits; its own host name; no process of the machine around it."""
+    import resource
+
+    from kata.grading.sandbox import MAX_FILE_MB, MAX_PROCESSES, UNPRIVILEGED
+
+    row = _row(batch, "17-spy")
+    logs = _learner_logs(batch["out"].parent / "work")
+    log = next(text for name, text in logs.items() if "-17-spy-" in name)
+    spied = [line for line in log.splitlines() if line.startswith("SPY ")]
+    assert spied, log[-2000:]
+    seen = eval(spied[0][4:])  # noqa: S307 - the spy's own repr of plain values
+    assert seen["fds"] == ["/dev/null", "/dev/null", "pipe:", "pipe:", "pipe:"], seen["fds"]
+    if os.geteuid() == 0:
+        assert seen["ids"] == (UNPRIVILEGED, UNPRIVILEGED, UNPRIVILEGED, []), seen["ids"]
+    assert sorted(seen["status"]) == ["CapAmb:\t0000000000000000", "CapEff:\t0000000000000000",
+                                      "CapInh:\t0000000000000000", "CapPrm:\t0000000000000000",
+                                      "NoNewPrivs:\t1"], seen["status"]
+    memory = int(re.search(r"(\d+) MiB of address space", row_caps(batch)).group(1)) * 2**20
+    processes = resource.getrlimit(resource.RLIMIT_NPROC) if "cgroup" in row_caps(batch) \
+        else (MAX_PROCESSES, MAX_PROCESSES)
+    fsize = MAX_FILE_MB * 2**20
+    assert seen["limits"] == [(memory, memory), processes, (fsize, fsize), (0, 0)], seen["limits"]
+    assert seen["hostname"] == "kata-sandbox" and seen["far processes"] == []
+    assert seen["parent of the tree"], seen
+
+
+def row_caps(batch) -> str:
+    """The sandbox's caps, as the batch's reports state them."""
+    return batch["results"]["0-honest"].environment["sandbox"]
 
 
 @needs_sandbox
 @needs_root
-def test_a_server_forked_from_the_warm_parent_gets_what_a_cold_one_gets(tmp_path, monkeypatch):
-    """The same submission, graded once with its server forked from the warm parent and once
-    started cold (a warm parent that cannot give one: the grader falls back): the same
-    descriptors (none of the warm parent's), user, capabilities, limits, host name, folders,
-    process tree and environment, and the same grade."""
-    from kata.grading import cli
-    from kata.grading.learner_box import LearnerZygote
+def test_a_warm_parent_that_gives_no_server_leaves_it_to_a_cold_start(tmp_path):
+    """When the batch's warm parent cannot fork a server into the sandbox, the placeholder that
+    held the sandbox open is killed and the server starts cold in the same sandbox."""
+    from kata.grading.learner_box import LearnerBox, build_learner_box
+    from kata.grading.sandbox import Sandbox
 
-    folder = tmp_path / "spy" / "exercises"
-    folder.mkdir(parents=True)
-    (folder / f"{EXERCISE.module}.py").write_text(SPY + _source("honest"))
-    seen = {}
-    for how in ("warm", "cold"):
-        if how == "cold":
-            monkeypatch.setattr(LearnerZygote, "spawn", lambda *args, **kwargs: False)
-        work = tmp_path / how
-        work.mkdir()
-        monkeypatch.setattr(tempfile, "tempdir", str(work))
-        out = tmp_path / f"{how}.json"
-        code = cli.main(["batch", str(folder.parent), "--json", str(out), "--keep"], root=REPO)
-        assert code == 0
-        logs = _learner_logs(work)
-        assert len(logs) == 1, logs
-        log = next(iter(logs.values()))
-        assert f"kata-learner-phase {'joined' if how == 'warm' else 'started'}" in log, log
-        spied = [line for line in log.splitlines() if line.startswith("SPY ")]
-        assert spied, log[-2000:]
-        grades = json.loads(out.read_text())["submissions"][0]
-        seen[how] = (eval(spied[0][4:]), grades["points"])  # noqa: S307 - our own repr
-    assert seen["warm"] == seen["cold"]
-    assert seen["warm"][0]["ids"][0] == 65534 and seen["warm"][0]["far processes"] == []
+    class NoServer:
+        def spawn(self, *args, **kwargs):
+            return False
+
+    box = tmp_path / "learner"
+    build_learner_box(REPO, box, {EXERCISE.module: _source("honest").encode()})
+    os.chmod(tmp_path, 0o755)
+    sandbox = Sandbox.create([REPO], 4096)
+    learner = LearnerBox(box, {EXERCISE.id: EXERCISE.module}, sandbox, 60, 1, NoServer())
+    channels, server = learner.start([EXERCISE], tmp_path / "logs", 1)
+    try:
+        assert server.wait_ready(90) and server.ready, server.stderr()
+        assert "kata-learner-phase started" in server.stderr()
+        if sandbox.cgroup is not None:  # one tree of processes in the cgroup: the cold one's
+            pids = {p for f in sandbox.cgroup.procs_files for p in f.read_text().split()}
+            names = {Path(f"/proc/{p}/comm").read_text().strip() for p in pids
+                     if Path(f"/proc/{p}/comm").exists()}
+            assert "sleep" not in names, names
+    finally:
+        learner.stop(server)
+        channels.close_trusted()
+        sandbox.close()
