@@ -224,31 +224,38 @@ class LearnerBox:
 
     def _warm_start(self, channels: Channels, cpu: int) -> LearnerServer | None:
         """The server forked from the batch's :class:`LearnerZygote` into this submission's
-        sandbox; None when the zygote cannot give one (the caller then starts it cold)."""
+        sandbox; None when the zygote cannot give one (the caller then starts it cold).
+
+        The sandbox is made with a placeholder in it, which says "ready" once bwrap has built
+        the whole sandbox (its folders, hidden places and read-only mounts): only then is it
+        joined, never while bwrap is still building it."""
         from .sandbox import INSIDE_ROOT
 
         info_read, info_write = os.pipe()
+        ready_read, ready_write = os.pipe()
         err_read, err_write = os.pipe()
         placeholder = None
         try:
-            command = self.sandbox.command([PLACEHOLDER, "infinity"], self.folder, {},
-                                           info_fd=info_write)
+            command = self.sandbox.command(PLACEHOLDER, self.folder, {}, info_fd=info_write)
             placeholder = subprocess.Popen(command, cwd=self.folder, stdin=subprocess.DEVNULL,
-                                           stdout=subprocess.DEVNULL, stderr=err_write,
+                                           stdout=ready_write, stderr=err_write,
                                            start_new_session=True, pass_fds=(info_write,))
-            os.close(info_write)
-            info_write = -1
+            _close_all((info_write, ready_write))
+            info_write = ready_write = -1
             first = _sandbox_pid(info_read, PLACEHOLDER_SECONDS)
-            if first is not None and self.zygote.spawn(
-                    first, self.sandbox, INSIDE_ROOT, cpu, err_write,
-                    [(i, self.modules[i], r, w) for i, (r, w) in channels.learner.items()]):
+            if first is not None and _read_until(ready_read, b"ready\n", PLACEHOLDER_SECONDS) \
+                    and self.zygote.spawn(
+                        first, lambda: placeholder.poll() is None, self.sandbox, INSIDE_ROOT,
+                        cpu, err_write,
+                        [(i, self.modules[i], r, w) for i, (r, w) in channels.learner.items()]):
                 os.close(err_write)
                 err_write = -1
                 return LearnerServer(placeholder, os.fdopen(err_read, "rb", buffering=0))
         except OSError:
             pass
         finally:
-            _close_all(fd for fd in (info_read, info_write, err_write) if fd >= 0)
+            _close_all(fd for fd in (info_read, info_write, ready_read, ready_write, err_write)
+                       if fd >= 0)
         if placeholder is not None:  # started, but no server came into it: start one cold
             from .runner import kill_group
 
@@ -276,32 +283,39 @@ class LearnerBox:
             self.sandbox.kill_all()
 
 
-#: What holds a submission's sandbox open until the zygote's child joins it (coreutils' sleep,
-#: among the system's folders every sandbox sees).
-PLACEHOLDER = shutil.which("sleep") or "/bin/sleep"
-#: How long the sandbox may take to say its first process id, and the zygote to join it.
+#: What holds a submission's sandbox open until the zygote's child joins it: a shell, run once
+#: bwrap has built the sandbox, that says so and becomes coreutils' sleep (both among the
+#: system's folders every sandbox sees).
+PLACEHOLDER = ["/bin/sh", "-c", "echo ready && exec sleep infinity"]
+#: How long the sandbox may take to be built, and the zygote to join it.
 PLACEHOLDER_SECONDS = 30.0
 
 
-def _sandbox_pid(info_fd: int, timeout: float) -> int | None:
-    """The id of the sandbox's first process, from bwrap's ``--info-fd`` JSON; None if bwrap
-    said nothing within ``timeout`` seconds."""
-    import json
+def _read_until(fd: int, marker: bytes, timeout: float, limit: int = 4096) -> bytes | None:
+    """What ``fd`` gave up to and including ``marker``; None if it did not come within
+    ``timeout`` seconds and ``limit`` bytes, or the other end closed first."""
     import select
     import time
 
     text, deadline = b"", time.monotonic() + timeout
-    while b"}" not in text and len(text) < 4096:
+    while marker not in text and len(text) < limit:
         left = deadline - time.monotonic()
-        if left <= 0 or not select.select([info_fd], [], [], left)[0]:
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
             return None
-        chunk = os.read(info_fd, 4096)
+        chunk = os.read(fd, limit)
         if not chunk:
             return None
         text += chunk
+    return text if marker in text else None
+
+
+def _sandbox_pid(info_fd: int, timeout: float) -> int | None:
+    """The id of the sandbox's first process, from bwrap's ``--info-fd`` JSON; None if bwrap
+    said nothing usable within ``timeout`` seconds."""
+    text = _read_until(info_fd, b"}", timeout)
     try:
         pid = json.loads(text[:text.index(b"}") + 1])["child-pid"]
-    except (ValueError, KeyError, TypeError):
+    except (TypeError, ValueError, KeyError):
         return None
     return pid if isinstance(pid, int) and pid > 1 else None
 
@@ -371,12 +385,13 @@ class LearnerZygote:
                     pass
         return self._state == "ready"
 
-    def spawn(self, first_pid: int, sandbox, root: str, cpu: int, stderr_fd: int,
+    def spawn(self, first_pid: int, alive, sandbox, root: str, cpu: int, stderr_fd: int,
               channels: list[tuple[str, str, int, int]]) -> bool:
         """Fork a server into the sandbox whose first process is ``first_pid``: its namespaces,
         ``sandbox``'s cgroup and limits, ``stderr_fd`` as its standard error, and ``channels``
-        (exercise, module, read end, write end). Whether it got there; after a failure the
-        zygote is not asked again."""
+        (exercise, module, read end, write end). ``alive()`` says whether that sandbox still
+        runs (checked once its namespaces are open: the process id was not yet taken by another
+        process). Whether the server got there; after a failure the zygote is not asked again."""
         import array
         import socket
 
@@ -390,6 +405,8 @@ class LearnerZygote:
                     return False
                 opened += [os.open(f"/proc/{first_pid}/ns/{name}", os.O_RDONLY)
                            for name in NAMESPACES]
+                if not alive():
+                    return False
                 cgroups = sandbox.cgroup.procs_files if sandbox.cgroup is not None else []
                 opened += [os.open(path, os.O_WRONLY) for path in cgroups]
                 request = {"namespaces": list(NAMESPACES), "cgroups": len(cgroups),

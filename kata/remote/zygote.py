@@ -88,6 +88,8 @@ def join(request: dict, namespace_fds: list[int], cgroup_fds: list[int]) -> None
     for name, fd in zip(request["namespaces"], namespace_fds):
         _setns(fd, name)
     os.chdir("/tmp")
+    if not os.path.isdir(os.path.join(request["root"], "exercises")):
+        raise OSError(2, "the submission's folder is not in the sandbox joined")
     if _libc().prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "no_new_privs could not be set")
     uid = int(request["uid"])
