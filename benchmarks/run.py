@@ -309,6 +309,10 @@ def phase_breakdown(kept: Path) -> dict[str, float]:
                 phases[words[1]] = float(words[3])
             elif len(words) == 3 and words[0] == "kata-learner-cpu":
                 add(f"learner {words[1]}", float(words[2]))
+        if Path(path).name == "learner-zygote.err":  # kata/remote/zygote.py's own start
+            if "models" in phases:
+                add("learner warm parent's start, once per batch", phases["models"])
+            continue
         before = 0.0
         for name, label in (("started", "interpreter and torch"), ("imports", "imports"),
                             ("models", "models"), ("joined", "forked from the warm parent")):
