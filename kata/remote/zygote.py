@@ -129,6 +129,7 @@ def _spawn(control: socket.socket, models, message: bytes, fds: list[int]) -> No
         pid = os.fork()  # its child is inside the sandbox's process tree
         if pid == 0:
             os.close(reply)
+            os.setsid()  # a session of its own, as bwrap --new-session gives a cold server
             _say_phase("joined")
             served = 1
             try:

@@ -446,6 +446,7 @@ def _spy():
                        "status": status, "limits": limits, "hostname": os.uname().nodename,
                        "root": sorted(os.listdir("/")), "far processes": others,
                        "parent of the tree": os.getppid() < 16,
+                       "session led in the sandbox": 0 < os.getsid(0) < 16,
                        "env": sorted(k for k in os.environ if k != "KATA_WARM_LEARNERS")}),
           file=sys.stderr, flush=True)
 
@@ -935,7 +936,8 @@ def test_the_learners_process_holds_only_what_its_sandbox_gives(batch):
     """What the spy saw of its own process, forked from the warm parent or started cold: its
     standard streams and two channel pipes, no other descriptor (none of the warm parent's
     control socket); the unprivileged uid as root, no capability, no_new_privs; the sandbox's
-    limits; its own host name; no process of the machine around it."""
+    limits; its own host name; no process of the machine around it, and a session of its own
+    (a session led outside would tie it to the warm parent's)."""
     import resource
 
     from kata.grading.sandbox import MAX_FILE_MB, MAX_PROCESSES, UNPRIVILEGED
@@ -958,7 +960,7 @@ def test_the_learners_process_holds_only_what_its_sandbox_gives(batch):
     fsize = MAX_FILE_MB * 2**20
     assert seen["limits"] == [(memory, memory), processes, (fsize, fsize), (0, 0)], seen["limits"]
     assert seen["hostname"] == "kata-sandbox" and seen["far processes"] == []
-    assert seen["parent of the tree"], seen
+    assert seen["parent of the tree"] and seen["session led in the sandbox"], seen
 
 
 def row_caps(batch) -> str:
