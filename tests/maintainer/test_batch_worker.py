@@ -16,6 +16,7 @@ from kata.grading import synthetic
 from kata.grading.batch_worker import BatchWorker, ForkedWorker
 from kata.grading.reference_cache import REFERENCE_CACHE_VARIABLE, load_or_compute, path_of
 from kata.grading.runner import SECRET_SEED_VARIABLE, child_environment, trusted_environment
+from kata.grading.sandbox import sandbox_available
 from kata.grading.submissions import GradingOptions, grade_batch
 from kata.grading.worker import WorkerArgs
 from kata.manifest import load_manifest
@@ -23,6 +24,9 @@ from kata.manifest import load_manifest
 pytestmark = pytest.mark.maintainer
 
 EXERCISES = load_manifest()
+#: The batch's own default where the machine has a sandbox: the learners' servers are then forked
+#: from the batch's warm parent (a grader run as root), not each started cold (half the time).
+SANDBOX = sandbox_available()[0]
 
 
 def test_a_workers_arguments_cross_to_the_batch_worker_with_its_channels():
@@ -110,7 +114,7 @@ def _points(results) -> dict[str, tuple]:
 def test_losing_the_batch_worker_costs_no_learner_a_point(toy, tmp_path, monkeypatch):
     """The batch's worker is killed as soon as it forked the first submission's worker: that
     submission is graded again by a worker of its own, the others too, with the same grades."""
-    options = GradingOptions(timeout=30, secret_seed=7)
+    options = GradingOptions(timeout=30, secret_seed=7, sandbox=SANDBOX)
     paths = _submissions(toy, tmp_path / "submissions")
     expected = _points(grade_batch(paths, toy, EXERCISES, options, jobs=1))
 
@@ -169,7 +173,7 @@ def test_an_untouched_exercise_takes_the_batchs_one_run_of_the_stubs(toy, tmp_pa
         return run_learner_files(files, exercises, *args, **kwargs)
 
     monkeypatch.setattr(submissions, "run_learner_files", counted)
-    options = GradingOptions(timeout=30, secret_seed=11)
+    options = GradingOptions(timeout=30, secret_seed=11, sandbox=SANDBOX)
     results = {r.name: r for r in grade_batch([untouched, again, edited, one_done], toy,
                                               EXERCISES, options, jobs=1)}
     every = sorted(e.id for e in EXERCISES)
