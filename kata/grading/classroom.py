@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kata.manifest import Exercise, load_manifest
-from kata.models import SMOLLM2_PACKAGE
+from kata.requirements import SMOLLM2_PACKAGE
 
 from . import sanitize
 from .records import ExerciseResult

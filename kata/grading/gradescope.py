@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kata.manifest import load_manifest
-from kata.models import SMOLLM2_PACKAGE
+from kata.requirements import SMOLLM2_PACKAGE
 
 from . import reports
 from .records import SubmissionResult

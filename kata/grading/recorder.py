@@ -40,7 +40,6 @@ import pytest
 from kata.diagnosis import diagnosis_of
 from kata.impl import ImplementationImportError, stub_reached
 from kata.manifest import exercise_for_test_file
-from kata.models import EnvironmentFault
 
 from .records import CollectedTest, Outcome, TestRecord
 
@@ -146,6 +145,8 @@ class _Describer:
             message += f"\n(raised at {where})"
         diagnosis = diagnosis_of(error)
         diagnosis_id = diagnosis.id if diagnosis is not None else None
+        from kata.models import EnvironmentFault  # here: the grader's own process needs no torch
+
         if any(isinstance(e, EnvironmentFault) for e in chain):
             diagnosis_id = ENVIRONMENT_FAULT  # the machine's fault, never the learner's
         return {
