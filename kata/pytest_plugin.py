@@ -51,9 +51,10 @@ def pytest_addoption(parser):
     group.addoption(
         "--kata-patch",
         metavar="EXERCISE=FILE",
-        default=None,
+        action="append",
+        default=[],
         help="maintainers: run EXERCISE's tests on the solution with FILE's definitions patched "
-        "in (how tests/maintainer/test_mistakes.py plants a learner mistake)",
+        "in (how tests/maintainer/test_mistakes.py plants a learner mistake); once per exercise",
     )
     group.addoption(
         "--kata-remote",
@@ -131,9 +132,9 @@ def ex(request, impl):
         from .grading.remote import remote_exercise
 
         return remote_exercise(exercise, remote)
-    patch = request.config.getoption("--kata-patch")
-    if patch and patch.split("=", 1)[0] == exercise.id:
-        module = planted_solution(request.config, exercise, Path(patch.split("=", 1)[1]))
+    patches = dict(p.split("=", 1) for p in request.config.getoption("--kata-patch"))
+    if exercise.id in patches:
+        module = planted_solution(request.config, exercise, Path(patches[exercise.id]))
     else:
         module = import_implementation(exercise, impl)
     if remote == "fork":  # maintainers: the same module, run across the grader's boundary

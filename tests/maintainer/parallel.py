@@ -3,7 +3,7 @@
 gives (``python grader.py cpus``), ``--dist loadscope --no-loadscope-reorder``.
 
 A file whose tests share a costly fixture (:data:`TOGETHER`: a sandboxed batch, the executed
-notebooks, a toy kata) is one unit of work, so that fixture is built once; so are the two checks
+notebooks, a toy kata, the same-verdict runs) is one unit of work, so that fixture is built once; so are the two checks
 that read one run of a catalogued mistake (:data:`SAME_RUN`); every other test is a unit of its
 own and goes to whichever worker is free. Those files are handed out first, the
 slowest first, so that no worker is left with a long file at the end while the other waits.
@@ -21,9 +21,9 @@ from xdist.scheduler import LoadScopeScheduling
 #: The files whose tests share a fixture built once per file or session, slowest first
 #: (CI on 2 cores, 2026-12-05: the sandboxed batch of test_sandbox alone takes about 170 s,
 #: executing the notebooks about 160 s).
-TOGETHER = ("test_sandbox.py", "test_notebooks.py", "test_class_grading.py", "test_grader.py",
-            "test_stubs_fail.py", "test_batch_worker.py", "test_cli.py", "test_learner_mode.py",
-            "test_classroom_act.py")
+TOGETHER = ("test_sandbox.py", "test_notebooks.py", "test_class_grading.py",
+            "test_same_verdict.py", "test_grader.py", "test_stubs_fail.py", "test_batch_worker.py",
+            "test_cli.py", "test_learner_mode.py", "test_classroom_act.py")
 
 
 def together(nodeid: str) -> str | None:

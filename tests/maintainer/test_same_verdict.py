@@ -7,7 +7,10 @@ in-process ``pytest.main``). Each run is observed with the grader's recorder
 (``-p kata.grading.recorder``), which only records. The mistakes are chosen where a verdict could
 depend on the process: a data tie (``torch.unique`` merging equal similarities), a hook leaked
 to the next test (reported at teardown), and a hook's wrong return type caught before a library
-error.
+error. They are in three exercises, planted together: plain ``pytest``, the grader and the
+watcher each run the three exercises' tests in one process, as a learner's ``pytest`` and the
+grader run a submission's; ``pytest -x`` stops at the first failure, so it runs each exercise on
+its own.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -28,14 +32,18 @@ pytestmark = pytest.mark.maintainer
 EXERCISES = {exercise.id: exercise for exercise in load_manifest()}
 CHOSEN = [("ex2", "torch-unique"), ("ex1", "hook-never-removed"), ("ex3", "hook-tensor-as-tuple")]
 MISTAKE = {(m.exercise, m.id): m for exercise, _ in CHOSEN
-           for m in importlib.import_module(f"tests.mistakes.{exercise}").MISTAKES}
+           for m in importlib.import_module(f"tests.mistakes.{exercise}").MISTAKES
+           if (m.exercise, m.id) in CHOSEN}
 
 
-def first_failure(record_file) -> tuple[str, str | None, str] | None:
-    """(node id, diagnosis id, message) of the first failed or erroring test in a record."""
+def first_failure(record_file, exercise) -> tuple[str, str | None, str] | None:
+    """(node id, diagnosis id, message) of the first failed or erroring test of ``exercise`` in
+    a record."""
+    test_file = Path(exercise.tests).name
     for line in record_file.read_text(encoding="utf-8").splitlines():
         event = json.loads(line)
-        if event.get("event") == "result" and event.get("outcome") in ("failed", "error"):
+        if event.get("event") == "result" and event.get("outcome") in ("failed", "error") \
+                and Path(event["nodeid"].split("::", 1)[0]).name == test_file:
             return event["nodeid"], event.get("diagnosis"), event.get("message", "")
     return None
 
@@ -46,42 +54,61 @@ def run_subprocess(command, root, env, what) -> None:
         f"{what} ended with exit status {done.returncode}: {done.stderr[-2000:] or done.stdout[-2000:]}")
 
 
-@pytest.mark.parametrize("chosen", CHOSEN, ids=lambda c: f"{c[0]}-{c[1]}")
-def test_first_failure_is_the_same_in_every_process(chosen, request, tmp_path, capsys):
+@pytest.fixture(scope="module")
+def verdicts(request, tmp_path_factory) -> dict[tuple[str, str], dict]:
+    """``{(exercise, mistake id): {process: first failure}}`` for every chosen mistake."""
     root = request.config.rootpath
-    mistake = MISTAKE[chosen]
-    exercise = EXERCISES[mistake.exercise]
-    patch = tmp_path / f"{mistake.exercise}_{mistake.id}.py"
-    patch.write_text(textwrap.dedent(mistake.code))
-    planted = f"--kata-patch={mistake.exercise}={patch}"
-    tests = str(root / exercise.tests)
-    verdicts = {}
+    tmp = tmp_path_factory.mktemp("same-verdict")
+    planted, tests = {}, {}
+    for key, mistake in MISTAKE.items():
+        patch = tmp / f"{mistake.exercise}_{mistake.id}.py"
+        patch.write_text(textwrap.dedent(mistake.code))
+        planted[key] = f"--kata-patch={mistake.exercise}={patch}"
+        tests[key] = str(root / EXERCISES[mistake.exercise].tests)
+    found = {key: {} for key in MISTAKE}
 
-    # plain pytest and pytest -x, in the caller's environment, as a maintainer types them
-    for mode, extra in (("pytest", []), ("pytest -x", ["-x"])):
-        record = tmp_path / f"{mode.replace(' ', '')}.jsonl"
-        command = [sys.executable, "-m", "pytest", tests, "--impl", "solutions", planted, *extra,
+    def observe(mode: str, record, keys: list) -> None:
+        for key in keys:
+            found[key][mode] = first_failure(record, EXERCISES[MISTAKE[key].exercise])
+
+    def as_typed(mode: str, keys: list, extra: list) -> None:
+        """pytest in the caller's environment, as a maintainer types it."""
+        name = mode.replace(" ", "") + "-" + "-".join(k[0] for k in keys)  # pytest-ex2-ex1-ex3
+        record = tmp / f"{name}.jsonl"
+        command = [sys.executable, "-m", "pytest", *(tests[k] for k in keys), "--impl",
+                   "solutions", *(planted[k] for k in keys), *extra,
                    "-p", "kata.grading.recorder", f"--kata-record={record}", "-q",
-                   "-p", "no:cacheprovider", f"--basetemp={tmp_path / mode.replace(' ', '')}"]
+                   "-p", "no:cacheprovider", f"--basetemp={tmp / name}"]
         run_subprocess(command, root, None, mode)
-        verdicts[mode] = first_failure(record)
+        observe(mode, record, keys)
+
+    every = list(MISTAKE)
+    as_typed("pytest", every, [])
+    for key in every:  # -x stops at the first failure: one exercise a run
+        as_typed("pytest -x", [key], ["-x"])
 
     # the grader's child: its own command line and environment
-    record, deselect = tmp_path / "grader.jsonl", tmp_path / "deselect.json"
+    record, deselect = tmp / "grader.jsonl", tmp / "deselect.json"
     deselect.write_text("[]", encoding="utf-8")
-    command = _pytest_command(root, [exercise.tests], "solutions", record, deselect,
-                              tmp_path / "grader-tmp") + [planted]
-    run_subprocess(command, root, child_environment(root), "the grader's pytest")
-    verdicts["grader"] = first_failure(record)
+    command = _pytest_command(root, [EXERCISES[m.exercise].tests for m in MISTAKE.values()],
+                              "solutions", record, deselect, tmp / "grader-tmp")
+    run_subprocess(command + list(planted.values()), root, child_environment(root),
+                   "the grader's pytest")
+    observe("grader", record, every)
 
     # the warm watcher: pytest.main in this process, the models already loaded
-    record = tmp_path / "warm.jsonl"
-    pytest.main([tests, "--impl", "solutions", planted, "-p", "kata.grading.recorder",
-                 f"--kata-record={record}", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-                 f"--basetemp={tmp_path / 'warm'}"])
-    capsys.readouterr()
-    verdicts["warm watcher"] = first_failure(record)
+    record = tmp / "warm.jsonl"
+    pytest.main([*tests.values(), "--impl", "solutions", *planted.values(),
+                 "-p", "kata.grading.recorder", f"--kata-record={record}", "-q",
+                 "-p", "no:cacheprovider", "-o", "addopts=", f"--basetemp={tmp / 'warm'}"])
+    observe("warm watcher", record, every)
+    return found
 
+
+@pytest.mark.parametrize("chosen", CHOSEN, ids=lambda c: f"{c[0]}-{c[1]}")
+def test_first_failure_is_the_same_in_every_process(chosen, verdicts, capsys):
+    capsys.readouterr()  # the warm watcher's output is noise here
+    mistake, verdicts = MISTAKE[chosen], verdicts[chosen]
     assert verdicts["pytest"] is not None, f"no test failed under pytest for {mistake.summary}"
     assert verdicts["pytest"][1] == mistake.diagnosis, (
         f"under pytest the first failure names {verdicts['pytest'][1]!r}, the catalogue "
