@@ -427,7 +427,8 @@ class LearnerZygote:
             ours.close()
             _close_all(opened)
         if said != b"ok":
-            self._state = "broken"
+            with self._lock:
+                self._state = "broken"
         return said == b"ok"
 
     def close(self) -> None:

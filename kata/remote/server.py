@@ -545,7 +545,7 @@ def _serve_exercise(models: Models, root: Path, module: str, read_fd: int, write
     return 0
 
 
-def _say_phase(name: str) -> None:
+def say_phase(name: str) -> None:
     """When a phase of the start ended (wall clock) and the CPU seconds used so far."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     sys.stderr.write(f"kata-learner-phase {name} {time.time():.3f} "
@@ -564,10 +564,10 @@ def load_session() -> Models:
     matplotlib.use("Agg")
     import matplotlib.pyplot  # noqa: F401
 
-    _say_phase("imports")
+    say_phase("imports")
     models = Models()
     models.preload()
-    _say_phase("models")
+    say_phase("models")
     return models
 
 
@@ -626,7 +626,7 @@ def serve(models: Models, root: Path, channels: list[tuple[str, int, int, str]],
 
 
 def main(argv: list[str] | None = None) -> int:
-    _say_phase("started")  # the interpreter, and this module's imports
+    say_phase("started")  # the interpreter, and this module's imports
     parser = argparse.ArgumentParser(prog="kata.remote.server")
     parser.add_argument("--root", required=True, help="the folder holding exercises/")
     parser.add_argument("--channel", action="append", default=[],

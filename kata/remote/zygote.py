@@ -40,7 +40,7 @@ import socket
 import sys
 from pathlib import Path
 
-from .server import MachineFault, _say_phase, load_session, serve
+from .server import MachineFault, say_phase, load_session, serve
 
 #: Largest request, bytes (a few hundred in practice).
 MAX_REQUEST = 16_384
@@ -130,7 +130,7 @@ def _spawn(control: socket.socket, models, message: bytes, fds: list[int]) -> No
         if pid == 0:
             os.close(reply)
             os.setsid()  # a session of its own, as bwrap --new-session gives a cold server
-            _say_phase("joined")
+            say_phase("joined")
             served = 1
             try:
                 served = serve(models, Path(request["root"]), channels, int(request["cpu"]))
@@ -148,7 +148,7 @@ def _spawn(control: socket.socket, models, message: bytes, fds: list[int]) -> No
 
 
 def main(argv: list[str] | None = None) -> int:
-    _say_phase("started")
+    say_phase("started")
     parser = argparse.ArgumentParser(prog="kata.remote.zygote")
     parser.add_argument("--control", type=int, required=True, help="the grader's socket")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
