@@ -14,9 +14,9 @@ functions in ``exercises/``, and the tests stay the judge. A notebook calls
   "what you should see" for GPT-2, SmolLM2 or the tiny GPT-2.
 * :func:`show`: displays a matplotlib figure inline and closes it (any backend).
 * :func:`check` ``(n)``: grades exercise ``n`` with the grader's own machinery
-  (:func:`kata.grading.runner.run_tests` in a time-limited child process, then
-  :func:`kata.grading.results.summarize`) and returns a :class:`CheckResult`, shown as a small
-  HTML table in Jupyter.
+  (:func:`kata.grading.runner.run_tests` in a time-limited child process forked from the
+  kernel's warm worker, then :func:`kata.grading.results.summarize`) and returns a
+  :class:`CheckResult`, shown as a small HTML table in Jupyter.
 
 The notebooks' sources are ``notebooks/src/exN_*.py`` in jupytext's percent format; the
 ``.ipynb`` files are generated from them, without outputs. Their common set-up cell has one
@@ -31,12 +31,14 @@ puts it there. Its command line is :mod:`kata.grading.cli`'s::
 from __future__ import annotations
 
 import ast
+import atexit
 import functools
 import html
 import importlib
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import textwrap
@@ -495,9 +497,11 @@ def check(n: int, timeout: float = 120.0, full: bool = False) -> CheckResult:
     """Grade exercise ``n`` as the grader does, on the saved file, and return the verdict.
 
     The tests run in a child process with a time limit (``timeout`` seconds), so an endless
-    loop cannot hang the notebook. When every function of the exercise is still an untouched
-    stub the verdict is "not started" at once, without running the tests (they would all stop
-    at a stub: the maintainer suite checks that); ``full=True`` runs them anyway.
+    loop cannot hang the notebook; it is forked from the kernel's warm worker
+    (:func:`_kernel_worker`), so only the first check waits for torch and the models to load.
+    When every function of the exercise is still an untouched stub the verdict is "not started"
+    at once, without running the tests (they would all stop at a stub: the maintainer suite
+    checks that); ``full=True`` runs them anyway.
     """
     from .grading.records import ExerciseResult, Status
     from .grading.results import summarize
@@ -506,9 +510,55 @@ def check(n: int, timeout: float = 120.0, full: bool = False) -> CheckResult:
     entry, impl = manifest_entry(n), implementation()
     if not full and _untouched(entry, impl):
         return CheckResult(entry, ExerciseResult(entry, Status.NOT_STARTED), impl, quick=True)
+    worker, seed = _kernel_worker()
     with tempfile.TemporaryDirectory(prefix="kata-check-") as work:
-        run = run_tests(ROOT, [entry], impl, Path(work), timeout=timeout)
+        run = run_tests(ROOT, [entry], impl, Path(work), timeout=timeout, warm=True,
+                        secret_seed=seed, batch_worker=worker)
     return CheckResult(entry, summarize([entry], run).exercises[0], impl)
+
+
+#: The kernel's warm trusted worker (:class:`kata.grading.batch_worker.BatchWorker`), the
+#: environment it was started in, its secret checks' seed and its log folder; None before the
+#: first check.
+_WORKER: tuple | None = None
+
+
+def _kernel_worker():
+    """``(worker, seed)``: the warm worker every check of this kernel is forked from, as a
+    batch's submissions are from the batch's. It is started by the first check, and again when
+    the environment changed since (another ``KATA_MODEL``, say) or it was lost; ``(None,
+    None)`` when it cannot be started (each check then starts a worker of its own)."""
+    global _WORKER
+    from .grading.batch_worker import BatchWorker
+    from .grading.runner import child_environment, fresh_secret_seed, trusted_environment
+    from .manifest import load_manifest
+
+    environment = child_environment(ROOT, None)
+    if _WORKER is not None:
+        worker, started_in, seed, _ = _WORKER
+        if started_in == environment and not worker.lost:
+            return worker, seed
+        _stop_kernel_worker()
+    seed, logs = fresh_secret_seed(), Path(tempfile.mkdtemp(prefix="kata-notebook-worker-"))
+    tests = [(e.id, ROOT / e.tests) for e in load_manifest()]
+    try:
+        worker = BatchWorker(ROOT, tests, trusted_environment(ROOT, None, seed), logs)
+    except OSError:
+        return None, None
+    _WORKER = (worker, environment, seed, logs)
+    return worker, seed
+
+
+def _stop_kernel_worker() -> None:
+    global _WORKER
+    if _WORKER is not None:
+        worker, _, _, logs = _WORKER
+        _WORKER = None
+        worker.close()
+        shutil.rmtree(logs, ignore_errors=True)
+
+
+atexit.register(_stop_kernel_worker)
 
 
 # --------------------------------------------------------------------------- building notebooks

@@ -94,7 +94,8 @@ def _execute_all(jobs, results) -> None:
     each from a fresh start (:func:`_fresh_start`); put ``(notebook, seconds)`` in ``results``.
 
     One kernel pays the imports and the model loads once for all its notebooks (about 4 s each
-    time in a fresh kernel); the check cell still grades each exercise in its own child process.
+    time in a fresh kernel); the check cell grades each exercise in a child process of its own,
+    forked from the warm worker the kernel keeps (``kata.notebook.check``).
     """
     import nbformat
     from nbclient import NotebookClient
@@ -258,3 +259,33 @@ def test_check_result_shows_a_table(monkeypatch):
     assert result.status == "not started" and not result.done
     assert "write `model_summary`" in repr(result)
     assert result._repr_html_().startswith('<table class="kata-check">')
+
+
+def test_checks_after_the_first_are_forked_from_the_kernels_warm_worker(monkeypatch):
+    """The first check starts the kernel's warm worker; it and every later check in the same
+    environment run in a child forked from it, with the verdict a check gets; another
+    environment (another KATA_MODEL) gets a worker of its own."""
+    from kata.grading.batch_worker import BatchWorker, ForkedWorker
+
+    forked = []
+    spawn = BatchWorker.spawn
+
+    def counted(self, args, error_log):
+        child = spawn(self, args, error_log)
+        forked.append(isinstance(child, ForkedWorker))
+        return child
+
+    monkeypatch.setattr(BatchWorker, "spawn", counted)
+    monkeypatch.setenv("KATA_IMPL", "solutions")
+    monkeypatch.setenv("KATA_MODEL", DEFAULT_TEST_MODEL)
+    try:
+        first = kn.check(4)
+        worker = kn._WORKER[0]
+        second = kn.check(1)
+        assert first.done and second.done, (repr(first), repr(second))
+        assert kn._WORKER[0] is worker and forked == [True, True], forked
+        monkeypatch.setenv("KATA_MODEL", "smollm2")
+        kn._kernel_worker()
+        assert kn._WORKER[0] is not worker and worker.process.poll() is not None
+    finally:
+        kn._stop_kernel_worker()
