@@ -19,8 +19,8 @@ import pytest
 from xdist.scheduler import LoadScopeScheduling
 
 #: The files whose tests share a fixture built once per file or session, slowest first
-#: (CI on 2 cores, 2026-12-05: the sandboxed batch of test_sandbox alone takes about 170 s,
-#: executing the notebooks about 160 s).
+#: (the suite on 2 cores, 2026-12-06: the sandboxed batch of test_sandbox about 75 s, executing
+#: the notebooks about 70 s, the same-verdict runs about 67 s).
 TOGETHER = ("test_sandbox.py", "test_notebooks.py", "test_class_grading.py",
             "test_same_verdict.py", "test_grader.py", "test_stubs_fail.py", "test_batch_worker.py",
             "test_cli.py", "test_learner_mode.py", "test_classroom_act.py")
