@@ -46,24 +46,4 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_EXPORTS})
 
 
-__all__ = [
-    "CLEAN_ANSWER",
-    "CLEAN_PROMPT",
-    "CORRUPTED_ANSWER",
-    "CORRUPTED_PROMPT",
-    "FIGURE6_TOKEN",
-    "KAFKA_TEXT",
-    "PENGUIN_TEXT",
-    "TARGET_WORD",
-    "ModelNotAvailable",
-    "blocks",
-    "context_length",
-    "default_device",
-    "figure6_token",
-    "final_norm",
-    "layer_index",
-    "load_model",
-    "one_sequence",
-    "token_id",
-    "token_index",
-]
+__all__ = sorted(_EXPORTS)

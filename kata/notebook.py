@@ -544,6 +544,7 @@ def _kernel_worker():
     try:
         worker = BatchWorker(ROOT, tests, trusted_environment(ROOT, None, seed), logs)
     except OSError:
+        shutil.rmtree(logs, ignore_errors=True)
         return None, None
     _WORKER = (worker, environment, seed, logs)
     return worker, seed
