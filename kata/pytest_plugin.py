@@ -108,7 +108,8 @@ def impl(request) -> str:
     return request.config.getoption("--impl")
 
 
-#: The solutions with a ``--kata-patch`` planted, made once per pytest session (per exercise).
+#: The solutions with a ``--kata-patch`` planted, made once per pytest session (per exercise and
+#: file: a maintainers' session that plants one file after another gets one module per file).
 _PLANTED = pytest.StashKey[dict]()
 
 
@@ -116,9 +117,11 @@ def planted_solution(config, exercise, patch_file: Path):
     """The solution with ``patch_file`` planted, one module for every test of the session, as a
     learner's module is imported once (and as the grader's boundary forks one learner process)."""
     planted = config.stash.setdefault(_PLANTED, {})
-    if exercise.id not in planted:
-        planted[exercise.id] = patched_solution(exercise, patch_file)
-    return planted[exercise.id]
+    key = (exercise.id, str(patch_file))
+    if key not in planted:
+        planted.clear()  # the file planted before is done with
+        planted[key] = patched_solution(exercise, patch_file)
+    return planted[key]
 
 
 @pytest.fixture

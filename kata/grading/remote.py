@@ -621,12 +621,27 @@ def fork_learner(module, impl_dir) -> RemoteSession:
     return RemoteSession(from_learner[0], to_learner[1], exit_when_gone=False, pid=pid)
 
 
-_FORKED: dict[str, RemoteSession] = {}  # exercise id -> its forked learner (maintainers)
+#: exercise id -> (the module served, its forked learner) (maintainers)
+_FORKED: dict[str, tuple[object, RemoteSession]] = {}
+
+
+def forked_learner(exercise_id: str, module, impl_dir) -> RemoteSession:
+    """The forked learner serving ``module``: one per exercise met in this test session; a
+    maintainers' session that plants one module after another ends the one before."""
+    served = _FORKED.get(exercise_id)
+    if served is not None and served[0] is module:
+        return served[1]
+    if served is not None:
+        served[1].bye()
+    session = fork_learner(module, impl_dir)
+    _FORKED[exercise_id] = (module, session)
+    return session
 
 
 def active() -> list[RemoteSession]:
     """The channels to learner processes this test process holds."""
-    return [s for s in {id(s): s for s in [*_FORKED.values(), _SESSION] if s is not None}.values()]
+    forked = [session for _, session in _FORKED.values()]
+    return [s for s in {id(s): s for s in [*forked, _SESSION] if s is not None}.values()]
 
 
 def end_session() -> None:
@@ -642,9 +657,8 @@ def remote_exercise(exercise, spec: str, module=None, impl_dir=None) -> RemoteEx
     """The ``ex`` fixture's value under the grader; raises as importing the file would."""
     from kata.impl import ImplementationImportError
 
-    if spec == "fork":  # one learner process per exercise met in this test session
-        session = _FORKED.get(exercise.id) or fork_learner(module, impl_dir)
-        _FORKED[exercise.id] = session
+    if spec == "fork":
+        session = forked_learner(exercise.id, module, impl_dir)
     else:
         session = connect(spec)
     if not hasattr(session, "module_info"):

@@ -3,10 +3,11 @@
 gives (``python grader.py cpus``), ``--dist loadscope --no-loadscope-reorder``.
 
 A file whose tests share a costly fixture (:data:`TOGETHER`: a sandboxed batch, the executed
-notebooks, a toy kata, the same-verdict runs) is one unit of work, so that fixture is built once; so are the two checks
-that read one run of a catalogued mistake (:data:`SAME_RUN`); every other test is a unit of its
-own and goes to whichever worker is free. Those files are handed out first, the
-slowest first, so that no worker is left with a long file at the end while the other waits.
+notebooks, a toy kata, the same-verdict runs) is one unit of work, so that fixture is built once;
+so are the checks that read one pytest session of an exercise's catalogued entries
+(:func:`planted_batch`); every other test is a unit of its own and goes to whichever worker is
+free. Those files are handed out first, the slowest first, so that no worker is left with a long
+file at the end while the other waits.
 (xdist's own ``xdist_group`` marks do not group under pytest 9: xdist rewrites a node id pytest
 no longer reads.)
 """
@@ -32,28 +33,43 @@ def together(nodeid: str) -> str | None:
     return str(path) if path.name in TOGETHER and path.parent.name == "maintainer" else None
 
 
-#: The checks that read one in-process run of a catalogued mistake (``planting.planted_run``):
-#: the test, and the suffix its id adds to the mistake's ``<exercise>-<id>``.
-SAME_RUN = {"test_mistakes.py::test_mistake_is_caught_and_named": "-pytest",
-            "test_root_diagnoses.py::test_the_root_diagnosis_of_each_catalogued_mistake": ""}
+#: The checks that read the results of one pytest session of an exercise's catalogued entries
+#: (``planting.planted_results``): test -> (the batch, its boundary when the test's id does not
+#: end with it).
+PLANTED = {"test_mistakes.py::test_mistake_is_caught_and_named": ("mistakes", None),
+           "test_root_diagnoses.py::test_the_root_diagnosis_of_each_catalogued_mistake":
+               ("mistakes", "pytest"),
+           "test_variants.py::test_correct_variant_passes_every_test": ("variants", None)}
+
+#: Checks that read entries of one batch by name: test -> its batch's unit.
+PLANTED_BY_NAME = {
+    "test_root_diagnoses.py::test_the_report_ranks_the_hook_that_returns_nothing_under_its_root":
+        "planted:mistakes:ex3:pytest"}
 
 
-def same_mistake(nodeid: str) -> str | None:
-    """``"mistake:<exercise>-<id>"`` for a check that reads a mistake's shared run, else None."""
+def planted_batch(nodeid: str) -> str | None:
+    """``"planted:<batch>:<exercise>:<boundary>"`` for a check that reads an exercise's batch of
+    planted entries, else None: ``test_mistakes.py``'s pytest checks and the root diagnoses read
+    the same batch."""
     path, _, name = nodeid.partition("::")
     test, _, param = name.partition("[")
-    suffix = SAME_RUN.get(f"{PurePosixPath(path).name}::{test}")
-    if suffix is None or not param.endswith(suffix + "]"):
+    key = f"{PurePosixPath(path).name}::{test}"
+    if key in PLANTED_BY_NAME:
+        return PLANTED_BY_NAME[key]
+    if key not in PLANTED or not param.startswith("ex"):
         return None
-    return "mistake:" + param[:len(param) - len(suffix) - 1]
+    batch, boundary = PLANTED[key]
+    exercise = param.split("-", 1)[0]
+    boundary = boundary or param.rstrip("]").rsplit("-", 1)[-1]
+    return f"planted:{batch}:{exercise}:{boundary}"
 
 
 class SharedFixtureScheduling(LoadScopeScheduling):
-    """xdist's scope scheduling, with a scope per file of :data:`TOGETHER`, one per catalogued
-    mistake for the checks that read its run, and one per test elsewhere."""
+    """xdist's scope scheduling, with a scope per file of :data:`TOGETHER`, one per batch of
+    planted entries for the checks that read it, and one per test elsewhere."""
 
     def _split_scope(self, nodeid: str) -> str:
-        return together(nodeid) or same_mistake(nodeid) or nodeid
+        return together(nodeid) or planted_batch(nodeid) or nodeid
 
 
 def pytest_xdist_make_scheduler(config, log):

@@ -2,10 +2,16 @@
 
 Shared by ``test_mistakes.py`` (each mistake must be caught and named), ``test_root_diagnoses.py``
 (the root each mistake's failures point to) and ``test_variants.py`` (each correct variant must
-pass): an entry's ``code`` is written to a file and planted on top of ``solutions/`` with
-``--kata-patch``; the exercise's tests then run in this process, so the session's models are
-loaded once for every run. :func:`planted_run` runs a mistake once per process for the first two
-(``tests/maintainer/parallel.py`` keeps a mistake's checks on one xdist worker).
+pass): an entry's ``code`` is written to a file and planted on top of ``solutions/`` (what
+``--kata-patch`` does); the exercise's tests then run in this process, so the session's models are
+loaded once for every run.
+
+One pytest session runs an exercise's tests for all its catalogued entries (:class:`EveryEntry`:
+the tests are collected once, then run once per entry, a *pass*, with that entry planted), and
+:func:`planted_results` keeps each entry's result for the checks that read it, once per process
+(``tests/maintainer/parallel.py`` keeps the checks of one exercise's batch on one xdist worker).
+A pass is a session's run of its own: a test's fixtures, a module's and the session's are all
+made afresh for it (the models stay loaded), and the planted module is new.
 """
 
 from __future__ import annotations
@@ -14,9 +20,9 @@ import ast
 import importlib
 import json
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
+from pathlib import Path
 
 import pytest
 
@@ -24,7 +30,6 @@ from kata.grading.records import Outcome, TestRecord
 from kata.manifest import load_manifest
 
 EXERCISES = {exercise.id: exercise for exercise in load_manifest()}
-T = TypeVar("T")
 
 
 def defined_functions(code: str) -> set[str]:
@@ -51,34 +56,114 @@ def catalogue(package: str, name: str) -> list:
 #: learner process, only plain data between them), as ``grader.py batch`` does.
 BOUNDARIES = {"pytest": [], "grader": ["--kata-remote", "fork"]}
 
+#: Which of an exercise's tests a pass runs: the fast ones on the tiny model (what
+#: ``-m "not trained"`` selects), or all of them.
+FAST, ALL = "fast", "all"
 
-def run_planted(entry, rootpath, tmp_path, plugin=None, options=(),
-                boundary: str = "pytest") -> None:
-    """Run the tests of ``entry.exercise`` against the solutions with ``entry.code`` planted,
-    reporting to ``plugin`` (if any); ``options`` are further pytest arguments (selections)."""
-    patch = tmp_path / f"{entry.exercise}_{entry.id}.py"
-    patch.write_text(textwrap.dedent(entry.code))
+#: The order a learner's ``pytest`` gives: the fast tests first, then, only if none of them
+#: failed, all of them (mistakes that only a trained model shows).
+SELECTIONS = (FAST, ALL)
+
+
+def selects(item, selection: str) -> bool:
+    return selection == ALL or item.get_closest_marker("trained") is None
+
+
+#: One pass: the entry to plant, the tests to run, and the plugin object that watches them.
+Pass = tuple[object, str, object]
+
+
+class EveryEntry:
+    """A pytest plugin object that runs the session's tests once per pass that ``passes`` yields,
+    with the pass's entry planted and its watcher (a plugin object) registered for that pass only.
+
+    ``passes`` is a generator: it resumes after its pass has run, so it may look at the watcher
+    to choose the next pass (:func:`fast_first`). Each pass ends with every fixture torn down,
+    the session's too (a watcher that passes over the tests after a first failure leaves them up).
+    """
+
+    def __init__(self, passes: Iterator[Pass], directory: Path):
+        self.passes = passes
+        self.directory = directory
+
+    def patch_file(self, entry) -> Path:
+        patch = self.directory / f"{entry.exercise}_{entry.id}.py"
+        if not patch.exists():
+            patch.write_text(textwrap.dedent(entry.code))
+        return patch
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session):
+        config = session.config
+        for entry, selection, watcher in self.passes:
+            config.option.kata_patch = [f"{entry.exercise}={self.patch_file(entry)}"]
+            items = [item for item in session.items if selects(item, selection)]
+            config.pluginmanager.register(watcher)
+            try:
+                for i, item in enumerate(items):
+                    nextitem = items[i + 1] if i + 1 < len(items) else None
+                    config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
+                session._setupstate.teardown_exact(None)  # pytest's own end of a session
+            finally:
+                config.pluginmanager.unregister(watcher)
+        return True  # the loop is done
+
+
+def run_passes(exercise_id: str, passes: Iterator[Pass], rootpath, directory: Path,
+               options=(), boundary: str = "pytest") -> None:
+    """One pytest session of ``exercise_id``'s tests against the solutions, run by
+    :class:`EveryEntry`; ``options`` are further pytest arguments."""
     pytest.main(
         [
-            str(rootpath / EXERCISES[entry.exercise].tests), "--impl", "solutions", *options,
-            f"--kata-patch={entry.exercise}={patch}", *BOUNDARIES[boundary],
+            str(rootpath / EXERCISES[exercise_id].tests), "--impl", "solutions", *options,
+            *BOUNDARIES[boundary],
             "-q", "-p", "no:cacheprovider", "-p", "no:unraisableexception",
             "--tb=native", "-o", "addopts=",
         ],
-        plugins=[plugin] if plugin is not None else [],
+        plugins=[EveryEntry(passes, directory)],
     )
 
 
-def recorded_run(entry, rootpath, tmp_path, options=()) -> list[TestRecord]:
-    """:func:`run_planted` with the grader's own recorder (``kata.grading.recorder``): every
-    test's record as the grader builds it (outcome of the first phase that failed, message,
-    diagnosis id, stub), in the order the tests ran."""
-    record = tmp_path / f"{entry.exercise}_{entry.id}.records.jsonl"
-    record.unlink(missing_ok=True)
-    run_planted(entry, rootpath, tmp_path, None,
-                [*options, "-p", "kata.grading.recorder", f"--kata-record={record}"])
-    events = (json.loads(line) for line in record.read_text(encoding="utf-8").splitlines())
-    return [TestRecord.from_json(event) for event in events if event.get("event") == "result"]
+def fast_first(entries, watch: Callable[[], object], failed: Callable[[object], bool],
+               results: dict) -> Iterator[Pass]:
+    """The passes of a learner's ``pytest`` (:data:`SELECTIONS`) for each entry: the fast tests,
+    then all of them unless ``failed(watcher)`` says a fast one failed; ``results[entry.id]``
+    is the last pass's watcher."""
+    for entry in entries:
+        for selection in SELECTIONS:
+            watcher = watch()
+            yield entry, selection, watcher
+            if failed(watcher):
+                break
+        results[entry.id] = watcher
+
+
+def one_pass_each(entries, watch: Callable[[], object], selection: str,
+                  results: dict) -> Iterator[Pass]:
+    """One pass of ``selection`` for each entry; ``results[entry.id]`` is its watcher."""
+    for entry in entries:
+        results[entry.id] = watch()
+        yield entry, selection, results[entry.id]
+
+
+class RecordedPass:
+    """A pass's records, as the grader's recorder (``kata.grading.recorder``, loaded for the
+    whole session) wrote them: the part of the record file the pass's tests wrote."""
+
+    def __init__(self, record: Path):
+        self.record = record
+        self.start = self.end = record.stat().st_size if record.exists() else 0
+
+    @pytest.hookimpl(trylast=True)  # after the recorder wrote the test's result
+    def pytest_runtest_logfinish(self, nodeid, location):
+        self.end = self.record.stat().st_size
+
+    def records(self) -> list[TestRecord]:
+        with self.record.open("rb") as file:
+            file.seek(self.start)
+            lines = file.read(self.end - self.start).decode("utf-8").splitlines()
+        events = [json.loads(line) for line in lines]
+        return [TestRecord.from_json(event) for event in events if event.get("event") == "result"]
 
 
 @dataclass
@@ -96,29 +181,59 @@ class PlantedRun:
 FAILING = (Outcome.FAILED, Outcome.ERROR)
 
 
-_PLANTED_RUNS: dict[tuple[str, str], PlantedRun] = {}
+def recorded_runs(entries, rootpath, directory: Path) -> dict[str, PlantedRun]:
+    """Each entry's :class:`PlantedRun` as the learner's own ``pytest`` gives it
+    (:func:`fast_first`), recorded as the grader records it."""
+    record = directory / "records.jsonl"
+    passes: dict[str, RecordedPass] = {}
 
-#: The order a learner's ``pytest`` gives: the fast tests on the tiny model first, then, only if
-#: none of them failed, all of them (mistakes that only a trained model shows).
-SELECTIONS = (["-m", "not trained"], [])
+    def failed(watcher: RecordedPass) -> bool:
+        return any(t.outcome in FAILING for t in watcher.records())
 
-
-def fast_first(run: Callable[[list[str]], T], failed: Callable[[T], bool]) -> T:
-    """``run(selection)`` for each of :data:`SELECTIONS` until ``failed`` says one failed; the
-    last result."""
-    for selection in SELECTIONS:
-        result = run(selection)
-        if failed(result):
-            break
-    return result
+    exercise_id = entries[0].exercise
+    run_passes(exercise_id, fast_first(entries, lambda: RecordedPass(record), failed, passes),
+               rootpath, directory, ["-p", "kata.grading.recorder", f"--kata-record={record}"])
+    return {key: PlantedRun(watcher.records()) for key, watcher in passes.items()}
 
 
-def planted_run(mistake, rootpath, tmp_path) -> PlantedRun:
-    """Run the tests of ``mistake.exercise`` with the mistake planted, as the learner's own
-    ``pytest`` does (:func:`fast_first`). Once per process for each mistake."""
-    key = (mistake.exercise, mistake.id)
-    if key not in _PLANTED_RUNS:
-        records = fast_first(lambda selection: recorded_run(mistake, rootpath, tmp_path, selection),
-                             lambda run: any(t.outcome in FAILING for t in run))
-        _PLANTED_RUNS[key] = PlantedRun(records)
-    return _PLANTED_RUNS[key]
+#: Each batch's results in this process: (what, exercise, boundary) -> entry id -> result.
+_RESULTS: dict[tuple[str, str, str], dict] = {}
+
+
+def selected_entries(session, param: str, exercise_id: str) -> list:
+    """The catalogue entries of ``exercise_id`` that this session's tests take as ``param``
+    (``"mistake"``, ``"variant"``), each once, in order: all of them under xdist, where every
+    worker collects every test; those ``-k`` chose in a plain run."""
+    found = {}
+    for item in session.items:
+        callspec = getattr(item, "callspec", None)
+        entry = callspec.params.get(param) if callspec is not None else None
+        if entry is not None and entry.exercise == exercise_id:
+            found.setdefault(entry.id, entry)
+    return list(found.values())
+
+
+def planted_results(what: str, entry, boundary: str, request,
+                    run: Callable[[list, Path], dict]):
+    """``entry``'s result in the batch ``what`` of its exercise across ``boundary``: ``run(entries,
+    directory)`` gives every entry's result for the entries this session still needs, in one
+    pytest session (:func:`run_passes`), the first time one of them is asked for."""
+    results = _RESULTS.setdefault((what, entry.exercise, boundary), {})
+    if entry.id not in results:
+        param = "mistake" if what == "mistakes" else "variant"
+        wanted = [e for e in selected_entries(request.session, param, entry.exercise)
+                  if e.id not in results]
+        if entry not in wanted:
+            wanted.append(entry)
+        directory = request.getfixturevalue("tmp_path_factory").mktemp(
+            f"{what}-{entry.exercise}-{boundary}")
+        results.update(run(wanted, directory))
+    return results[entry.id]
+
+
+def planted_run(mistake, request) -> PlantedRun:
+    """Every test's record with ``mistake`` planted, as the learner's own ``pytest`` gives it
+    (:func:`recorded_runs`, for all the exercise's mistakes at once)."""
+    return planted_results("mistakes", mistake, "pytest", request,
+                           lambda entries, directory: recorded_runs(
+                               entries, request.config.rootpath, directory))

@@ -4,7 +4,8 @@ For each mistake in ``tests/mistakes/exN.py``: run exercise N's tests against th
 the mistake patched in (``--kata-patch``), and check that the *first* failing test (the verdict
 the learner reads first) reports the catalogue's diagnosis id through ``kata.diagnosis`` -- a
 sentence about the learner's code, never a bare library exception. The runs happen in this
-process, so the session's models are loaded once for all of them.
+process, one pytest session for all the mistakes of an exercise (``planting.EveryEntry``), so
+the session's models are loaded and the tests collected once for all of them.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from tests.maintainer.planting import (
     PlantedRun,
     catalogue,
     fast_first,
+    planted_results,
     planted_run,
-    run_planted,
+    run_passes,
 )
 from tests.mistakes import Mistake
 
@@ -73,20 +75,25 @@ class FirstFailure:
         return lines[-1][:300] if lines else ""
 
 
-def run_tests_with_mistake(mistake: Mistake, rootpath, tmp_path,
-                           boundary: str = "pytest") -> FirstFailure:
-    """Run the exercise's tests with the mistake planted, in the learner's order
-    (``planting.fast_first``). For the learner's own ``pytest`` this is the run the
-    root-diagnosis check reads too (``planting.planted_run``, once per process)."""
+def first_failures(mistakes: list[Mistake], rootpath, directory) -> dict[str, FirstFailure]:
+    """Each mistake's first failure across the grader's boundary, in the learner's order
+    (``planting.fast_first``): one pytest session for all of them."""
+    results: dict[str, FirstFailure] = {}
+    passes = fast_first(mistakes, FirstFailure, lambda first: first.test is not None, results)
+    run_passes(mistakes[0].exercise, passes, rootpath, directory, boundary="grader")
+    return results
+
+
+def run_tests_with_mistake(mistake: Mistake, request, boundary: str = "pytest") -> FirstFailure:
+    """The first failure of the exercise's tests with the mistake planted, in the learner's order.
+    For the learner's own ``pytest`` it is read from the run the root-diagnosis check reads too
+    (``planting.planted_run``); each is run once per process, with the exercise's other
+    mistakes."""
     if boundary == "pytest":
-        return FirstFailure.of(planted_run(mistake, rootpath, tmp_path))
-
-    def run(selection: list[str]) -> FirstFailure:
-        first = FirstFailure()
-        run_planted(mistake, rootpath, tmp_path, first, selection, boundary)
-        return first
-
-    return fast_first(run, lambda first: first.test is not None)
+        return FirstFailure.of(planted_run(mistake, request))
+    return planted_results("mistakes", mistake, boundary, request,
+                           lambda mistakes, directory: first_failures(
+                               mistakes, request.config.rootpath, directory))
 
 
 def test_catalogue_is_large_and_covers_every_exercise():
@@ -113,10 +120,10 @@ SHARED_DIAGNOSES = {"not-a-tensor", "hook-left-on-model"}
 
 @pytest.mark.parametrize("boundary", ["pytest", "grader"])
 @pytest.mark.parametrize("mistake", MISTAKES, ids=lambda m: f"{m.exercise}-{m.id}")
-def test_mistake_is_caught_and_named(mistake, boundary, request, tmp_path, capsys):
+def test_mistake_is_caught_and_named(mistake, boundary, request, capsys):
     """The same verdict for the learner's own ``pytest`` and for the grader, which runs the
     code across its trust boundary (only plain data between the tests and the code)."""
-    first = run_tests_with_mistake(mistake, request.config.rootpath, tmp_path, boundary)
+    first = run_tests_with_mistake(mistake, request, boundary)
     capsys.readouterr()  # the inner run's output is noise here
     assert first.test is not None, (
         f"no test of {mistake.exercise} fails when the learner {mistake.summary}"

@@ -9,8 +9,9 @@ Then a class made of those learners goes through the class report, whose "teach 
 the roots, and the learner's own next step must name the root.
 
 The runs are in this process, and they are the runs ``test_mistakes.py`` reads for the learner's
-own ``pytest`` (``planting.planted_run``: once per process for each mistake); the whole catalogue
-takes minutes, so select with ``-k`` (``-k hook`` for the hook mistakes of exercise 3).
+own ``pytest`` (``planting.planted_run``: once per process for each mistake, in one session for
+an exercise); the whole catalogue takes minutes, so select with ``-k`` (``-k hook`` for the hook
+mistakes of exercise 3).
 """
 
 from __future__ import annotations
@@ -31,16 +32,16 @@ pytestmark = pytest.mark.maintainer
 MISTAKES: list[Mistake] = catalogue("mistakes", "MISTAKES")
 
 
-def _graded(mistake: Mistake, rootpath, tmp_path) -> ExerciseResult:
+def _graded(mistake: Mistake, request) -> ExerciseResult:
     """The exercise's records with the mistake planted, as the grader builds its row."""
-    tests = planted_run(mistake, rootpath, tmp_path).records
+    tests = planted_run(mistake, request).records
     status, message = exercise_status(tests)
     return ExerciseResult(EXERCISES[mistake.exercise], status, tests, message)
 
 
 @pytest.mark.parametrize("mistake", MISTAKES, ids=lambda m: f"{m.exercise}-{m.id}")
-def test_the_root_diagnosis_of_each_catalogued_mistake(mistake, request, tmp_path, capsys):
-    row = _graded(mistake, request.config.rootpath, tmp_path)
+def test_the_root_diagnosis_of_each_catalogued_mistake(mistake, request, capsys):
+    row = _graded(mistake, request)
     capsys.readouterr()
     root = root_failure(row)
     named = dict(sorted(Counter(t.diagnosis for t in row.counted
@@ -59,15 +60,14 @@ def test_the_root_diagnosis_of_each_catalogued_mistake(mistake, request, tmp_pat
         assert abs(score - row.points) <= 0.01, (score, row.points)
 
 
-def test_the_report_ranks_the_hook_that_returns_nothing_under_its_root(request, tmp_path,
-                                                                       capsys):
+def test_the_report_ranks_the_hook_that_returns_nothing_under_its_root(request, capsys):
     """The learner of issue 26 whose hook returns nothing: "teach next" says a hook must
     return, not tuples against tensors."""
     by_id = {(m.exercise, m.id): m for m in MISTAKES}
     rows = []
     for key in (("ex3", "hook-returns-none"), ("ex3", "hook-returns-none"),
                 ("ex3", "hook-tensor-as-tuple")):
-        rows.append(_graded(by_id[key], request.config.rootpath, tmp_path))
+        rows.append(_graded(by_id[key], request))
     capsys.readouterr()
     results = [SubmissionResult(f"learner-{i}", [row]) for i, row in enumerate(rows)]
     summary = summarize_class(results, [EXERCISES["ex3"]])

@@ -4,7 +4,8 @@ For each variant in ``tests/variants/exN.py``: run exercise N's tests against th
 the variant planted (``--kata-patch``, the mechanism of ``test_mistakes.py``) and require that no
 test fails. A failure here is a false alarm in the exercise's tests (a check that demands one
 way of writing a correct answer): fix the test, not the variant, unless the variant is wrong.
-The runs happen in this process, so the session's models are loaded once for all of them.
+The runs happen in this process, one pytest session for all the variants of an exercise
+(``planting.EveryEntry``), so the session's models are loaded once for all of them.
 """
 
 from __future__ import annotations
@@ -13,7 +14,16 @@ from __future__ import annotations
 import pytest
 
 from kata.diagnosis import diagnosis_of
-from tests.maintainer.planting import EXERCISES, catalogue, defined_functions, run_planted
+from tests.maintainer.planting import (
+    ALL,
+    EXERCISES,
+    FAST,
+    catalogue,
+    defined_functions,
+    one_pass_each,
+    planted_results,
+    run_passes,
+)
 from tests.variants import Variant
 
 pytestmark = pytest.mark.maintainer
@@ -54,18 +64,19 @@ class Outcomes:
             self.failures.append(f"collection of {report.nodeid} failed: {report.longreprtext[-400:]}")
 
 
-def run_tests_with_variant(variant: Variant, rootpath, tmp_path,
-                           boundary: str = "pytest") -> Outcomes:
-    outcomes = Outcomes()
-    deselect = []
+def all_outcomes(variants: list[Variant], rootpath, directory,
+                 boundary: str = "pytest") -> dict[str, Outcomes]:
+    """Each variant's outcomes, one pytest session for all of them (one exercise's)."""
+    exercise = EXERCISES[variants[0].exercise]
     # an exercise's manifest entry may leave its trained-model tests out of this check (each
-    # variant would redo a long SmolLM2 computation that the tiny-model tests pin down exactly)
-    if not EXERCISES[variant.exercise].variants_on_trained_models or boundary == "grader":
-        # across the boundary, the tiny-model tests hold every kind of value that crosses
-        # (hooks, toys, identities, figures); the trained-model tests only compare numbers
-        deselect += ["-m", "not trained"]
-    run_planted(variant, rootpath, tmp_path, outcomes, deselect, boundary)
-    return outcomes
+    # variant would redo a long SmolLM2 computation that the tiny-model tests pin down exactly);
+    # across the boundary, the tiny-model tests hold every kind of value that crosses (hooks,
+    # toys, identities, figures); the trained-model tests only compare numbers
+    selection = ALL if exercise.variants_on_trained_models and boundary == "pytest" else FAST
+    results: dict[str, Outcomes] = {}
+    run_passes(exercise.id, one_pass_each(variants, Outcomes, selection, results), rootpath,
+               directory, boundary=boundary)
+    return results
 
 
 def test_catalogue_has_enough_variants_for_every_exercise():
@@ -86,10 +97,12 @@ def test_catalogue_has_enough_variants_for_every_exercise():
 
 @pytest.mark.parametrize("boundary", ["pytest", "grader"])
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
-def test_correct_variant_passes_every_test(variant, boundary, request, tmp_path, capsys):
+def test_correct_variant_passes_every_test(variant, boundary, request, capsys):
     """No false alarm for the learner's own ``pytest``, nor for the grader, which runs the code
     across its trust boundary."""
-    outcomes = run_tests_with_variant(variant, request.config.rootpath, tmp_path, boundary)
+    outcomes = planted_results("variants", variant, boundary, request,
+                               lambda variants, directory: all_outcomes(
+                                   variants, request.config.rootpath, directory, boundary))
     capsys.readouterr()  # the inner run's output is noise here
     assert not outcomes.failures, (
         f"a correct variant ({variant.summary}) fails {len(outcomes.failures)} test(s) of "
@@ -98,12 +111,22 @@ def test_correct_variant_passes_every_test(variant, boundary, request, tmp_path,
     assert outcomes.passed > 0, f"no test of {variant.exercise} ran for the variant {variant.name}"
 
 
-def test_the_check_reports_a_wrong_variant(request, tmp_path, capsys):
-    """The harness itself: a catalogued mistake planted as a "variant" must show failures."""
+@pytest.mark.parametrize("boundary", ["pytest", "grader"])
+def test_the_check_reports_a_wrong_variant_between_right_ones(boundary, request, tmp_path,
+                                                             capsys):
+    """The harness itself: a catalogued mistake planted as a "variant" must show failures, and
+    the variants planted before and after it in the same session must not (each pass plants
+    its own code, in this process and in the forked learner)."""
     from tests.mistakes.ex4 import MISTAKES as EX4_MISTAKES
 
     mistake = next(m for m in EX4_MISTAKES if m.id == "clean-row-kept")
+    right = next(v for v in VARIANTS if v.exercise == "ex4")
     wrong = Variant(id="wrong", exercise="ex4", summary="a mistake in disguise", code=mistake.code)
-    outcomes = run_tests_with_variant(wrong, request.config.rootpath, tmp_path)
+    again = Variant(id="again", exercise="ex4", summary=right.summary, code=right.code)
+    outcomes = all_outcomes([right, wrong, again], request.config.rootpath, tmp_path, boundary)
     capsys.readouterr()
-    assert any("clean-row-kept" in failure for failure in outcomes.failures), outcomes.failures
+    assert any("clean-row-kept" in failure for failure in outcomes["wrong"].failures), \
+        outcomes["wrong"].failures
+    for variant in (right, again):
+        assert not outcomes[variant.id].failures and outcomes[variant.id].passed > 0, (
+            variant.id, outcomes[variant.id].failures)
