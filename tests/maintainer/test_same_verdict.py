@@ -9,8 +9,10 @@ depend on the process: a data tie (``torch.unique`` merging equal similarities),
 to the next test (reported at teardown), and a hook's wrong return type caught before a library
 error. They are in three exercises, planted together: plain ``pytest``, the grader and the
 watcher each run the three exercises' tests in one process, as a learner's ``pytest`` and the
-grader run a submission's; ``pytest -x`` stops at the first failure, so it runs each exercise on
-its own.
+grader run a submission's. ``pytest -x`` stops at the first failure, so it runs each exercise on
+its own; it runs in this process, as the watcher does (what ``-x`` changes is which tests run
+after the first failure, not the process: a fresh process is plain ``pytest``'s and the
+grader's part).
 """
 
 from __future__ import annotations
@@ -82,10 +84,19 @@ def verdicts(request, tmp_path_factory) -> dict[tuple[str, str], dict]:
         run_subprocess(command, root, None, mode)
         observe(mode, record, keys)
 
+    def in_this_process(mode: str, keys: list, extra: list) -> None:
+        """``pytest.main`` in this process, the models already loaded, as the watcher runs."""
+        name = mode.replace(" ", "") + "-" + "-".join(k[0] for k in keys)
+        record = tmp / f"{name}.jsonl"
+        pytest.main([*(tests[k] for k in keys), "--impl", "solutions", *(planted[k] for k in keys),
+                     *extra, "-p", "kata.grading.recorder", f"--kata-record={record}", "-q",
+                     "-p", "no:cacheprovider", "-o", "addopts=", f"--basetemp={tmp / name}"])
+        observe(mode, record, keys)
+
     every = list(MISTAKE)
     as_typed("pytest", every, [])
     for key in every:  # -x stops at the first failure: one exercise a run
-        as_typed("pytest -x", [key], ["-x"])
+        in_this_process("pytest -x", [key], ["-x"])
 
     # the grader's child: its own command line and environment
     record, deselect = tmp / "grader.jsonl", tmp / "deselect.json"
@@ -96,12 +107,7 @@ def verdicts(request, tmp_path_factory) -> dict[tuple[str, str], dict]:
                    "the grader's pytest")
     observe("grader", record, every)
 
-    # the warm watcher: pytest.main in this process, the models already loaded
-    record = tmp / "warm.jsonl"
-    pytest.main([*tests.values(), "--impl", "solutions", *planted.values(),
-                 "-p", "kata.grading.recorder", f"--kata-record={record}", "-q",
-                 "-p", "no:cacheprovider", "-o", "addopts=", f"--basetemp={tmp / 'warm'}"])
-    observe("warm watcher", record, every)
+    in_this_process("warm watcher", every, [])
     return found
 
 
