@@ -31,6 +31,7 @@ bad-index rule**: a position, token index or layer argument out of range raises 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -41,6 +42,7 @@ from kata.manifest import load_manifest
 pytestmark = pytest.mark.maintainer
 
 EXERCISES = load_manifest()
+BY_ID = {exercise.id: exercise for exercise in EXERCISES}
 ROOT = Path(__file__).resolve().parents[2]
 
 _ERROR = r"``?(?P<error>[A-Z]\w*(?:Error|Exception))``?"
@@ -183,24 +185,31 @@ def shows_evidence(nodes, evidence: set[str]) -> bool:
     return False
 
 
-def contract_map() -> dict[tuple[str, str, str], list[str]]:
-    """(exercise, function, clause) -> the tests that check it; clause "Returns" or "Raises X"."""
+@functools.cache
+def exercise_contract(exercise_id: str) -> dict[tuple[str, str], list[str]]:
+    """(function, clause) -> the tests of one exercise that check it; clause "Returns",
+    "Raises X" or "promises: ..." (read once per process: it walks every test's reach)."""
+    exercise = BY_ID[exercise_id]
+    test_file = ReachMap(ROOT / exercise.tests)
     mapping = {}
-    for exercise in EXERCISES:
-        test_file = ReachMap(ROOT / exercise.tests)
-        for function, promised in promises(exercise).items():
-            if promised["returns"]:
-                mapping[(exercise.id, function, "Returns")] = test_file.tests_for(function)
-            for error in sorted(promised["raises"]):
-                mapping[(exercise.id, function, f"Raises {error}")] = test_file.tests_for(
-                    function, error)
-            for promise in promised["prose"]:
-                evidence = next(e for name, _, e in PROSE_PROMISES if name == promise)
-                mapping[(exercise.id, function, f"promises: {promise}")] = [
-                    test.name for test in test_file.tests
-                    if test_file.names_function(nodes := test_file.reachable(test), function)
-                    and shows_evidence(nodes, evidence)]
+    for function, promised in promises(exercise).items():
+        if promised["returns"]:
+            mapping[(function, "Returns")] = test_file.tests_for(function)
+        for error in sorted(promised["raises"]):
+            mapping[(function, f"Raises {error}")] = test_file.tests_for(function, error)
+        for promise in promised["prose"]:
+            evidence = next(e for name, _, e in PROSE_PROMISES if name == promise)
+            mapping[(function, f"promises: {promise}")] = [
+                test.name for test in test_file.tests
+                if test_file.names_function(nodes := test_file.reachable(test), function)
+                and shows_evidence(nodes, evidence)]
     return mapping
+
+
+def contract_map() -> dict[tuple[str, str, str], list[str]]:
+    """(exercise, function, clause) -> the tests that check it, for every exercise."""
+    return {(exercise.id, function, clause): tests for exercise in EXERCISES
+            for (function, clause), tests in exercise_contract(exercise.id).items()}
 
 
 def test_the_docstring_parser_reads_both_styles():
@@ -222,8 +231,8 @@ def test_every_public_function_with_a_docstring_promise_is_found():
 
 @pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.id)
 def test_every_returns_and_raises_clause_and_prose_promise_has_a_test(exercise):
-    untested = [f"{function}: {clause}" for (exercise_id, function, clause), tests
-                in contract_map().items() if exercise_id == exercise.id and not tests]
+    untested = [f"{function}: {clause}" for (function, clause), tests
+                in exercise_contract(exercise.id).items() if not tests]
     assert not untested, (
         f"{exercise.tests} has no test for these docstring promises of "
         f"{exercise.source('solutions')} (a test must reach ex.<function>; for Raises X use "
