@@ -3,7 +3,7 @@
 gives (``python grader.py cpus``), ``--dist loadscope --no-loadscope-reorder``.
 
 A file whose tests share a costly fixture (:data:`TOGETHER`: a sandboxed batch, the executed
-notebooks, a toy kata, the same-verdict runs) is one unit of work, so that fixture is built once;
+notebooks, a toy kata, the same-verdict runs, SmolLM2's patching map) is one unit of work, so that fixture is built once;
 so are the checks that read one pytest session of an exercise's catalogued entries
 (:func:`planted_batch`); every other test is a unit of its own and goes to whichever worker is
 free. Those files are handed out first, the slowest first, so that no worker is left with a long
@@ -24,7 +24,7 @@ from xdist.scheduler import LoadScopeScheduling
 #: the notebooks about 70 s, the same-verdict runs about 67 s).
 TOGETHER = ("test_sandbox.py", "test_notebooks.py", "test_class_grading.py",
             "test_same_verdict.py", "test_grader.py", "test_stubs_fail.py", "test_batch_worker.py",
-            "test_cli.py", "test_learner_mode.py", "test_classroom_act.py")
+            "test_model_facts.py", "test_cli.py", "test_learner_mode.py", "test_classroom_act.py")
 
 
 def together(nodeid: str) -> str | None:
