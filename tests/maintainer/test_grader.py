@@ -490,14 +490,11 @@ def test_only_the_learners_exercise_files_are_taken(tmp_path):
 
 
 def test_figures_are_drawn_from_finished_functions_only(tmp_path, capsys, tiny_gpt2):
+    """The untouched stubs draw nothing, and say so for each figure; that the solutions draw
+    every figure is test_figures.py's check of the reference figures."""
     from kata.grading import figures
 
-    written = figures.draw_all(tmp_path / "solutions", "solutions", "tiny-gpt2", set(), tiny_gpt2)
     planned = figures.planned_figures()
-    assert written == len(planned)
-    assert sorted(p.name for p in (tmp_path / "solutions").iterdir()) == sorted(
-        f.file for _, f in planned)
-    capsys.readouterr()
     assert figures.draw_all(tmp_path / "stubs", "exercises", "tiny-gpt2", {"ex1"}, tiny_gpt2) == 0
     assert capsys.readouterr().out.count("not written yet") == len(planned)
 
