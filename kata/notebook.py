@@ -503,13 +503,12 @@ def check(n: int, timeout: float = 120.0, full: bool = False) -> CheckResult:
     at once, without running the tests (they would all stop at a stub: the maintainer suite
     checks that); ``full=True`` runs them anyway.
     """
-    from .grading.records import ExerciseResult, Status
-    from .grading.results import summarize
+    from .grading.results import summarize, untouched_result
     from .grading.runner import run_tests
 
     entry, impl = manifest_entry(n), implementation()
     if not full and _untouched(entry, impl):
-        return CheckResult(entry, ExerciseResult(entry, Status.NOT_STARTED), impl, quick=True)
+        return CheckResult(entry, untouched_result(entry), impl, quick=True)
     worker, seed = _kernel_worker()
     with tempfile.TemporaryDirectory(prefix="kata-check-") as work:
         run = run_tests(ROOT, [entry], impl, Path(work), timeout=timeout, warm=True,

@@ -13,7 +13,10 @@ GitHub Classroom runs on every push of a learner's repository:
   writes the step's ``result`` output in the reporter's format (:func:`reporter_result`): one
   entry per test, the passing ones sharing the exercise's points equally (one entry per function
   where the secret checks cap the points), so Classroom's partial credit is the batch grader's
-  (``grader.py batch``) to the hundredth of a point;
+  (``grader.py batch``) to the hundredth of a point. The command carries the SHA-256 of the
+  exercise file as the template hands it out (``--untouched``): a file still exactly that stub
+  is "not started" at once, without running its tests (every test fails on a stub, which the
+  maintainer suite checks), so a push grades only the exercises the learner began;
 * then ``classroom-resources/autograding-grading-reporter@v1``, which adds the steps' scores up
   and sends the total to Classroom.
 
@@ -33,6 +36,7 @@ the exercise tests, the kata and the grader, and a learner-facing ``README.md``;
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import shutil
 import sys
@@ -43,7 +47,7 @@ from kata.manifest import Exercise, load_manifest
 from kata.requirements import SMOLLM2_PACKAGE
 
 from . import sanitize
-from .records import ExerciseResult
+from .records import ExerciseResult, SubmissionResult
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = Path(".github") / "workflows" / "classroom.yml"
@@ -85,10 +89,27 @@ def _environment_prefix() -> str:
     return " ".join(f"{k}={v}" for k, v in COMMAND_ENVIRONMENT.items())
 
 
-def check_command(exercise: Exercise) -> str:
-    """The step's command: grade the exercise, write the step's ``result`` output."""
+def check_command(exercise: Exercise, handed_out: str | None = None) -> str:
+    """The step's command: grade the exercise, write the step's ``result`` output;
+    ``handed_out`` is the SHA-256 of the exercise file as the template hands it out."""
+    untouched = f" --untouched {handed_out}" if handed_out else ""
     return (f"{_environment_prefix()} {PYTHON} grader.py classroom-step {exercise.number} "
-            f"--timeout {CHECK_TIMEOUT_SECONDS}")
+            f"--timeout {CHECK_TIMEOUT_SECONDS}{untouched}")
+
+
+def file_digest(path: Path) -> str | None:
+    """The SHA-256 of a file's bytes (hex), None when it cannot be read."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def handed_out_digests(template_dir: Path, exercises: Sequence[Exercise]) -> dict[str, str]:
+    """``{exercise id: SHA-256}`` of the exercise files in ``template_dir/exercises/``: what
+    the template hands out."""
+    digests = {e.id: file_digest(Path(template_dir) / e.source("exercises")) for e in exercises}
+    return {exercise_id: digest for exercise_id, digest in digests.items() if digest}
 
 
 def step_id(exercise: Exercise) -> str:
@@ -172,14 +193,23 @@ def reporter_output(result: dict) -> str:
 
 
 def grade_step(number: str, root: Path | None = None, timeout: float = CHECK_TIMEOUT_SECONDS,
-               output: Path | None = None) -> dict:
+               output: Path | None = None, untouched: str | None = None) -> dict:
     """Grade exercise ``number`` of ``root/exercises``; append the step's result to ``output``
-    (``$GITHUB_OUTPUT``) and print where the exercise stands. Returns the result."""
+    (``$GITHUB_OUTPUT``) and print where the exercise stands. Returns the result.
+
+    A file whose SHA-256 is ``untouched`` (the stub the template handed out) is "not started"
+    without running its tests: each of them fails on a stub. A file that claims to be the stub
+    can only lose its own points."""
     from . import learner, reports
     from .check import grade_exercise
+    from .results import untouched_result
 
     root = Path(root or ROOT)
-    graded = grade_exercise(number, root, timeout=timeout)
+    exercise = learner.find_exercise(load_manifest(), str(number))
+    if untouched and file_digest(root / exercise.source("exercises")) == untouched.lower():
+        graded = SubmissionResult("exercises", [untouched_result(exercise)])
+    else:
+        graded = grade_exercise(number, root, timeout=timeout)
     row = graded.exercises[0]
     result = reporter_result(row)
     print(reports.exercise_summary(graded, learner.hint_levels(root)))
@@ -198,8 +228,10 @@ def grade_step(number: str, root: Path | None = None, timeout: float = CHECK_TIM
 # --------------------------------------------------------------------------- the workflow
 
 
-def workflow_yaml(exercises: Sequence[Exercise]) -> str:
-    """The workflow's text: setup and caches, a step per exercise, then the reporter."""
+def workflow_yaml(exercises: Sequence[Exercise], handed_out: dict[str, str] | None = None) -> str:
+    """The workflow's text: setup and caches, a step per exercise, then the reporter;
+    ``handed_out`` gives each exercise file's SHA-256 as the template hands it out."""
+    handed_out = handed_out or {}
     key = (f"kata-${{{{ runner.os }}}}-py${{{{ steps.python.outputs.python-version }}}}-"
            f"${{{{ hashFiles('pyproject.toml') }}}}")
     lines = [
@@ -257,7 +289,7 @@ def workflow_yaml(exercises: Sequence[Exercise]) -> str:
             f"      - name: {_q(title)}",
             f"        id: {step_id(exercise)}",
             f"        timeout-minutes: {STEP_TIMEOUT_MINUTES}",
-            f"        run: {_q(check_command(exercise) + ' --output ' + chr(34) + '$GITHUB_OUTPUT' + chr(34))}",
+            f"        run: {_q(check_command(exercise, handed_out.get(exercise.id)) + ' --output ' + chr(34) + '$GITHUB_OUTPUT' + chr(34))}",
         ]
     lines += [
         "      - name: Autograding Reporter",
@@ -280,10 +312,13 @@ _CONVERT = "from kata.grading.submissions import prepare_shared_model_cache as p
 
 def write_classroom_workflow(template_dir: Path | str,
                              exercises: Sequence[Exercise] | None = None) -> Path:
-    """Write ``template_dir/.github/workflows/classroom.yml`` and return its path."""
+    """Write ``template_dir/.github/workflows/classroom.yml`` and return its path (each step
+    knows the exercise file ``template_dir/exercises/`` hands out)."""
     path = Path(template_dir) / WORKFLOW
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(workflow_yaml(list(exercises or load_manifest())), encoding="utf-8")
+    exercises = list(exercises or load_manifest())
+    path.write_text(workflow_yaml(exercises, handed_out_digests(Path(template_dir), exercises)),
+                    encoding="utf-8")
     return path
 
 

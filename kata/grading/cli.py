@@ -118,6 +118,13 @@ def _add_exercise(parser, timeout: float | None = None):
                             help=f"wall-clock limit for the exercise's tests (default {timeout:g})")
 
 
+def _sha256(value: str) -> str:
+    """A SHA-256 in hex, as ``--untouched`` takes it."""
+    if len(value) != 64 or any(c not in "0123456789abcdefABCDEF" for c in value):
+        raise argparse.ArgumentTypeError(f"not a SHA-256 (64 hex digits): {value[:80]!r}")
+    return value.lower()
+
+
 def _add_exercise_ids(parser):
     parser.add_argument("--exercises", default=None, metavar="IDS",
                         help="grade only these exercises, comma-separated (default: all)")
@@ -234,6 +241,9 @@ def build_parser() -> Parser:
     step.add_argument("--output", type=Path, default=None, metavar="FILE",
                       help="the file to append result=... to (default: $GITHUB_OUTPUT; without "
                            "either, the result's JSON is printed)")
+    step.add_argument("--untouched", default=None, metavar="SHA256", type=_sha256,
+                      help="the SHA-256 of the exercise file as the template hands it out: a "
+                           "file still exactly that is 'not started' without running its tests")
 
     run = command("gradescope-run", "grade ROOT/submission and write ROOT/results/results.json "
                                     "(what the bundle's run_autograder runs)")
@@ -643,7 +653,7 @@ def classroom_step(args, root: Path) -> int:
     output = args.output
     if output is None and os.environ.get("GITHUB_OUTPUT"):
         output = Path(os.environ["GITHUB_OUTPUT"])
-    result = grade_step(args.exercise, root, args.timeout, output)
+    result = grade_step(args.exercise, root, args.timeout, output, args.untouched)
     if output is None:
         print(sanitize.json_text(result, indent=1))
     return 0

@@ -153,8 +153,9 @@ def exercise_summary(result: SubmissionResult, hint_levels: dict[str, dict[str, 
     its status line, then the next step (first failing test, message, hint) or "done"."""
     row = result.exercises[0]
     skipped = f", {row.skipped} skipped" if row.skipped else ""
-    lines = [f"{row.exercise.id} {row.exercise.title}: {row.status}, {row.passed}/{row.total} "
-             f"tests pass{skipped}, {row.points:g}/{row.max_points:g} points", ""]
+    tests = f"{row.passed}/{row.total} tests pass{skipped}, " if row.total or row.skipped else ""
+    lines = [f"{row.exercise.id} {row.exercise.title}: {row.status}, {tests}"
+             f"{row.points:g}/{row.max_points:g} points", ""]
     if row.done:
         lines.append(f"{row.exercise.id} is done: {row.passed}/{row.total} tests pass.")
     else:

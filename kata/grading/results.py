@@ -31,7 +31,17 @@ from .sanitize import diagnosis_id
 
 from .records import ExerciseResult, Outcome, Status, SubmissionResult, TestRecord
 
-__all__ = ["ExerciseResult", "SubmissionResult", "exercise_status", "root_failure", "summarize"]
+__all__ = ["ExerciseResult", "SubmissionResult", "exercise_status", "root_failure", "summarize",
+           "untouched_result"]
+
+def untouched_result(exercise: Exercise) -> ExerciseResult:
+    """The verdict of an exercise whose file is still the stub handed out, given without running
+    its tests: "not started", no points (each test fails on a stub: the maintainer suite's
+    ``test_stubs_fail.py`` checks that)."""
+    return ExerciseResult(exercise, Status.NOT_STARTED, [],
+                          "every function is still the stub handed out (it raises "
+                          "NotImplementedError)")
+
 
 #: Test outcomes that decide the whole exercise's status, in the order they take precedence.
 _FATAL_OUTCOMES = {Outcome.TIMED_OUT: Status.TIMED_OUT, Outcome.CRASHED: Status.CRASHED}

@@ -7,6 +7,7 @@ Gradescope tests run the real check on ex1 and ex4 only (the fastest exercises),
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -28,7 +29,8 @@ import pytest
 from kata.grading import classroom, gradescope, synthetic
 from kata.grading.class_report import ClassReport, score_bin, write_class_report
 from kata.grading.records import ExerciseResult, Outcome, Status, SubmissionResult, TestRecord
-from kata.grading.results import exercise_status
+from kata.grading import cli
+from kata.grading.results import exercise_status, untouched_result
 from kata.manifest import load_manifest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -652,6 +654,52 @@ def _run_step(folder: Path, command: str, output: Path) -> tuple[int, str, float
     return process.returncode, process.stdout + process.stderr, time.monotonic() - started
 
 
+UNTOUCHED = untouched_result(EXERCISES[0]).message
+
+
+def _handed_out(template: Path, exercise_id: str) -> str:
+    """The SHA-256 the workflow's step for ``exercise_id`` passes as ``--untouched``."""
+    step = next(s for s in _workflow(template)["jobs"]["run-autograding-tests"]["steps"]
+                if s.get("id") == exercise_id)
+    words = step["run"].split()
+    return words[words.index("--untouched") + 1]
+
+
+def test_each_step_knows_the_stub_the_template_hands_out(template):
+    for exercise in EXERCISES:
+        digest = hashlib.sha256((template / exercise.source("exercises")).read_bytes())
+        assert _handed_out(template, exercise.id) == digest.hexdigest(), exercise.id
+
+
+def test_only_the_stub_as_handed_out_is_graded_without_its_tests(template, tmp_path,
+                                                                 monkeypatch, capsys):
+    """One changed byte, or another file's digest, and the tests run; a file that claims to be
+    the stub can only lose its own points."""
+    ran = []
+
+    def grade_exercise(number, root, timeout):
+        ran.append(number)
+        return SubmissionResult("exercises", [ExerciseResult(BY_ID["ex4"], Status.FAILING, [],
+                                                             "the tests ran")])
+
+    monkeypatch.setattr("kata.grading.check.grade_exercise", grade_exercise)
+    learner = tmp_path / "learner"
+    shutil.copytree(template / "exercises", learner / "exercises")
+    stub = learner / BY_ID["ex4"].source("exercises")
+    handed_out = _handed_out(template, "ex4")
+    quick = classroom.grade_step("4", learner, untouched=handed_out)
+    assert ran == [] and [t["message"] for t in quick["tests"]] == [UNTOUCHED]
+    assert sum(t["score"] for t in quick["tests"]) == 0
+    assert classroom.grade_step("4", learner, untouched=_handed_out(template, "ex1"))
+    stub.write_bytes(stub.read_bytes() + b"# started\n")
+    classroom.grade_step("4", learner, untouched=handed_out)
+    assert ran == ["4", "4"]
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        cli.main(["classroom-step", "4", "--untouched", "not-a-digest"], root=learner)
+    assert "not a SHA-256" in capsys.readouterr().err
+
+
 def test_each_step_scores_a_correct_submission_fully_and_stubs_zero(template, tmp_path):
     """ex1 and ex4 only (the fastest), run in grading-only copies without solutions/."""
     import base64
@@ -678,8 +726,9 @@ def test_each_step_scores_a_correct_submission_fully_and_stubs_zero(template, tm
         if full:
             assert passed == {"pass"} and result["status"] == "pass", text[-3000:]
             assert "is done" in text
-        else:
+        else:  # the stub as handed out: "not started" without running the tests
             assert "pass" not in passed and "not started" in text
+            assert [t["message"] for t in result["tests"]] == [UNTOUCHED], result["tests"]
         score = sum(t["score"] for t in result["tests"])
         expected = exercise.points if full and not exercise.bonus else 0
         assert abs(score - expected) <= 0.01
