@@ -66,6 +66,7 @@ SELECTIONS = (FAST, ALL)
 
 
 def selects(item, selection: str) -> bool:
+    """Whether a pass of ``selection`` runs the test ``item``."""
     return selection == ALL or item.get_closest_marker("trained") is None
 
 
@@ -103,7 +104,8 @@ class EveryEntry:
                 for i, item in enumerate(items):
                     nextitem = items[i + 1] if i + 1 < len(items) else None
                     config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
-                session._setupstate.teardown_exact(None)  # pytest's own end of a session
+                # what pytest itself does when a session ends (SetupState, pytest 8 and 9)
+                session._setupstate.teardown_exact(None)
             finally:
                 config.pluginmanager.unregister(watcher)
         return True  # the loop is done
