@@ -119,7 +119,8 @@ def planted_solution(config, exercise, patch_file: Path):
     planted = config.stash.setdefault(_PLANTED, {})
     key = (exercise.id, str(patch_file))
     if key not in planted:
-        planted.clear()  # the file planted before is done with
+        for done in [k for k in planted if k[0] == exercise.id]:
+            del planted[done]  # the file planted in this exercise before is done with
         planted[key] = patched_solution(exercise, patch_file)
     return planted[key]
 
