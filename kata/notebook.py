@@ -42,6 +42,7 @@ import shutil
 import sys
 import tempfile
 import textwrap
+from dataclasses import dataclass
 from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
@@ -516,10 +517,19 @@ def check(n: int, timeout: float = 120.0, full: bool = False) -> CheckResult:
     return CheckResult(entry, summarize([entry], run).exercises[0], impl)
 
 
-#: The kernel's warm trusted worker (:class:`kata.grading.batch_worker.BatchWorker`), the
-#: environment it was started in, its secret checks' seed and its log folder; None before the
-#: first check.
-_WORKER: tuple | None = None
+@dataclass
+class _KernelWorker:
+    """The kernel's warm trusted worker (:class:`kata.grading.batch_worker.BatchWorker`), the
+    environment it was started in, its secret checks' seed and its log folder."""
+
+    worker: object
+    environment: dict
+    seed: int
+    logs: Path
+
+
+#: The kernel's warm worker; None before the first check.
+_WORKER: _KernelWorker | None = None
 
 
 def _kernel_worker():
@@ -534,9 +544,8 @@ def _kernel_worker():
 
     environment = child_environment(ROOT, None)
     if _WORKER is not None:
-        worker, started_in, seed, _ = _WORKER
-        if started_in == environment and not worker.lost:
-            return worker, seed
+        if _WORKER.environment == environment and not _WORKER.worker.lost:
+            return _WORKER.worker, _WORKER.seed
         _stop_kernel_worker()
     seed, logs = fresh_secret_seed(), Path(tempfile.mkdtemp(prefix="kata-notebook-worker-"))
     tests = [(e.id, ROOT / e.tests) for e in load_manifest()]
@@ -545,17 +554,16 @@ def _kernel_worker():
     except OSError:
         shutil.rmtree(logs, ignore_errors=True)
         return None, None
-    _WORKER = (worker, environment, seed, logs)
+    _WORKER = _KernelWorker(worker, environment, seed, logs)
     return worker, seed
 
 
 def _stop_kernel_worker() -> None:
     global _WORKER
     if _WORKER is not None:
-        worker, _, _, logs = _WORKER
-        _WORKER = None
-        worker.close()
-        shutil.rmtree(logs, ignore_errors=True)
+        stopping, _WORKER = _WORKER, None
+        stopping.worker.close()
+        shutil.rmtree(stopping.logs, ignore_errors=True)
 
 
 atexit.register(_stop_kernel_worker)

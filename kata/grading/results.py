@@ -34,6 +34,7 @@ from .records import ExerciseResult, Outcome, Status, SubmissionResult, TestReco
 __all__ = ["ExerciseResult", "SubmissionResult", "exercise_status", "root_failure", "summarize",
            "untouched_result"]
 
+
 def untouched_result(exercise: Exercise) -> ExerciseResult:
     """The verdict of an exercise whose file is still the stub handed out, given without running
     its tests: "not started", no points (each test fails on a stub: the maintainer suite's

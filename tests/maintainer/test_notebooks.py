@@ -280,12 +280,12 @@ def test_checks_after_the_first_are_forked_from_the_kernels_warm_worker(monkeypa
     monkeypatch.setenv("KATA_MODEL", DEFAULT_TEST_MODEL)
     try:
         first = kn.check(4)
-        worker = kn._WORKER[0]
+        worker = kn._WORKER.worker
         second = kn.check(1)
         assert first.done and second.done, (repr(first), repr(second))
-        assert kn._WORKER[0] is worker and forked == [True, True], forked
+        assert kn._WORKER.worker is worker and forked == [True, True], forked
         monkeypatch.setenv("KATA_MODEL", "smollm2")
         kn._kernel_worker()
-        assert kn._WORKER[0] is not worker and worker.process.poll() is not None
+        assert kn._WORKER.worker is not worker and worker.process.poll() is not None
     finally:
         kn._stop_kernel_worker()
