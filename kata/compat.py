@@ -17,9 +17,6 @@ Facts:
   from a registry of what each model class can record that a model's ``__init__`` fills; a model
   unpickled in a process where no model of its class was ever built has no entry there, and
   gives ``hidden_states=None`` (:func:`after_unpickling` fills it).
-* ``no_init_weights`` (build a model without drawing random weights) lives in
-  ``transformers.initialization`` in 5.x and in ``transformers.modeling_utils`` in 4.x
-  (:func:`without_weight_init`).
 """
 
 from __future__ import annotations
@@ -62,13 +59,3 @@ def after_unpickling(module: torch.nn.Module) -> torch.nn.Module:
         if hasattr(sub, "_can_record_outputs") and hasattr(sub, "config"):
             _CAN_RECORD_REGISTRY[sub] = sub._can_record_outputs
     return module
-
-
-def without_weight_init():
-    """A context in which transformers builds models without drawing random weights: for a
-    model whose every weight is loaded right after (drawing SmolLM2's took 0.8 s of CPU)."""
-    try:
-        from transformers.initialization import no_init_weights
-    except ImportError:  # transformers 4.x
-        from transformers.modeling_utils import no_init_weights
-    return no_init_weights()

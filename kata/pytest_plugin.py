@@ -35,8 +35,8 @@ from .process_state import process_state, restore_process_state
 from .impl import import_implementation, patched_solution
 from .learner_view import LearnerView
 from .manifest import IMPLEMENTATIONS, exercise_for_test_file
-from .models import GPT2_DOWNLOAD_COMMAND, gpt2_is_cached
-from .session_models import LOADED, SMOLLM2_FIRST_BLOCKS, session_model
+from .models import GPT2_DOWNLOAD_COMMAND, SMOLLM2_FIRST_BLOCKS, gpt2_is_cached
+from .session_models import LOADED, session_model
 
 
 def pytest_addoption(parser):

@@ -13,25 +13,19 @@ import gc
 import torch
 
 from .hooks import hook_snapshot
-from .models import EnvironmentFault, first_blocks, load_model
+from .models import EnvironmentFault, load_model
 
 #: name -> (model, tokenizer, hook snapshot taken right after loading)
 LOADED: dict[str, tuple] = {}
-#: SmolLM2 cut to its first 4 blocks, for tests that run the learner's code once per block
-SMOLLM2_FIRST_BLOCKS = "smollm2-first-4-blocks"
 
 
 def session_model(name: str):
     """``(model, tokenizer)`` for ``name`` ("tiny-gpt2", "smollm2", "gpt2" or
-    :data:`SMOLLM2_FIRST_BLOCKS`), loaded once; a model that cannot load is the machine's fault
+    :data:`~kata.models.SMOLLM2_FIRST_BLOCKS`), loaded once; a model that cannot load is the machine's fault
     (:class:`~kata.models.EnvironmentFault`)."""
     if name not in LOADED:
         try:
-            if name == SMOLLM2_FIRST_BLOCKS:
-                full, tokenizer = session_model("smollm2")
-                model = first_blocks(full, 4)
-            else:
-                model, tokenizer = load_model(name)
+            model, tokenizer = load_model(name)
         except EnvironmentFault:
             raise
         except Exception as error:  # a broken cache or device is the machine's fault

@@ -4,6 +4,7 @@ These tests do not depend on any exercise; they pass for learners and maintainer
 """
 
 import hashlib
+import logging
 import socket
 
 import pytest
@@ -107,6 +108,23 @@ def test_auto_picks_smollm2_when_gpt2_is_not_cached_and_says_so_in_one_line(
     assert model.kata_name == "smollm2"
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("kata:")]
     assert len(lines) == 1 and "SmolLM2" in lines[0] and "GPT-2" in lines[0], lines
+
+
+@pytest.mark.trained
+def test_smollm2_first_blocks_are_smollm2s_own_weights(smollm2, capfd, caplog):
+    """The first-blocks model is read from the converted copy, the other blocks left on disk:
+    its every weight is the full model's weight of the same name, and loading it says nothing."""
+    small, tokenizer = models.load_model(models.SMOLLM2_FIRST_BLOCKS)
+    reports = [r.getMessage()[:80] for r in caplog.records if r.levelno >= logging.WARNING]
+    assert capfd.readouterr().err == "" and not reports, f"loading printed a report: {reports}"
+    full = dict(smollm2[0].state_dict())
+    weights = small.state_dict()
+    assert len(kata.blocks(small)) == 4 and small.config.num_hidden_layers == 4
+    assert {key for key in full if ".layers." not in key} <= set(weights)
+    for key, value in weights.items():
+        assert torch.equal(value, full[key]), f"{key} differs from SmolLM2's"
+    assert not small.training and value.dtype == torch.float32
+    assert tokenizer(kata.KAFKA_TEXT)["input_ids"] == smollm2[1](kata.KAFKA_TEXT)["input_ids"]
 
 
 def test_kata_model_overrides_the_default(monkeypatch):

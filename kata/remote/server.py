@@ -53,7 +53,6 @@ from .codec import Codec, FrameError, _blob_of
 
 #: Models the trusted side's session fixtures use, by name.
 SESSION_MODEL_NAMES = ("tiny-gpt2", "smollm2", "smollm2-first-4-blocks")
-FIRST_BLOCKS = "smollm2-first-4-blocks"
 MAX_MESSAGE_CHARS = 4000
 
 
@@ -94,14 +93,9 @@ class Models:
         import torch
 
         from kata.hooks import hook_snapshot
-        from kata.models import first_blocks, load_model
+        from kata.models import load_model
 
-        if name == FIRST_BLOCKS:
-            self.load("smollm2")
-            full, tokenizer, _ = self.loaded["smollm2"]
-            model = first_blocks(full, 4)
-        else:
-            model, tokenizer = load_model(name)
+        model, tokenizer = load_model(name)
         ids = tokenizer("Hello there", return_tensors="pt")["input_ids"].to(model.device)
         with torch.no_grad():  # transformers 5 installs its own hooks on first use
             model(ids, output_hidden_states=True)
