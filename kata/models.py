@@ -1,6 +1,6 @@
 """Loading the models the kata runs on, offline where possible.
 
-Four kinds of name are understood by :func:`load_model`:
+Five kinds of name are understood by :func:`load_model`:
 
 ``"gpt2"``
     The post's model (12 blocks, d_model 768), from the local Hugging Face cache, else the Hub.
@@ -59,8 +59,9 @@ TINY_GPT2_CONFIG = dict(
 TINY_GPT2_SEED = 20240611
 
 #: SmolLM2 cut to its first blocks, for tests that run the learner's code once per block.
-SMOLLM2_FIRST_BLOCKS = "smollm2-first-4-blocks"
 FIRST_BLOCKS_KEPT = 4
+SMOLLM2_FIRST_BLOCKS = f"smollm2-first-{FIRST_BLOCKS_KEPT}-blocks"
+
 
 class EnvironmentFault(RuntimeError):
     """The machine, not the learner's code, is at fault (a device, the model cache, KATA_MODEL).
@@ -392,6 +393,8 @@ def _load_smollm2_first_blocks(n_blocks: int = FIRST_BLOCKS_KEPT):
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
+    from .architectures import blocks
+
     target = _converted_smollm2()
     level = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # the blocks left out are reported as unused weights
@@ -401,8 +404,6 @@ def _load_smollm2_first_blocks(n_blocks: int = FIRST_BLOCKS_KEPT):
                 target, dtype=torch.float32, num_hidden_layers=n_blocks, output_loading_info=True)
     finally:
         hf_logging.set_verbosity(level)
-    from .architectures import blocks
-
     missing = [key for key in loading["missing_keys"] if "lm_head" not in key]  # tied
     if missing or loading["mismatched_keys"] or len(blocks(model)) != n_blocks:
         raise RuntimeError(f"SmolLM2's first {n_blocks} blocks did not load whole "

@@ -21,8 +21,8 @@ LOADED: dict[str, tuple] = {}
 
 def session_model(name: str):
     """``(model, tokenizer)`` for ``name`` ("tiny-gpt2", "smollm2", "gpt2" or
-    :data:`~kata.models.SMOLLM2_FIRST_BLOCKS`), loaded once; a model that cannot load is the machine's fault
-    (:class:`~kata.models.EnvironmentFault`)."""
+    :data:`~kata.models.SMOLLM2_FIRST_BLOCKS`), loaded once; a model that cannot load is the
+    machine's fault (:class:`~kata.models.EnvironmentFault`)."""
     if name not in LOADED:
         try:
             model, tokenizer = load_model(name)
