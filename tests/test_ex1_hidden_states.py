@@ -38,9 +38,11 @@ from tests.support import (  # noqa: E402
     expect,
     figures,  # noqa: F401 - a fixture
     must_draw,
+    once_per_implementation,
     raises_clearly,
     reference_hidden_states,
     reference_raw_last_block,
+    shared_results,  # noqa: F401 - a fixture
 )
 from tests.secret import repeat_hint, secret, secret_check  # noqa: E402,F401 - secret: a fixture
 
@@ -629,12 +631,28 @@ def draw(ex, reference: Reference, figures, token_index=FIGURE_TOKEN, label=" cu
     return fig, sorted(fig.axes, key=lambda ax: ax.get_position().x0)
 
 
+def figure_6(ex, reference: Reference):
+    """``draw(ex, reference)``, drawn once per module under test for the tests that only read
+    the figure (each would otherwise build the same figure again)."""
+
+    def compute():
+        made = []
+        try:
+            return draw(ex, reference, made)
+        except Exception:
+            for fig in made:
+                plt.close(fig)
+            raise
+
+    return once_per_implementation(ex, "ex1-figure-6", compute)
+
+
 def layer_labels(n_hidden: int) -> list[str]:
     return ["Emb"] + [f"L{i}" for i in range(n_hidden - 1)]
 
 
-def test_figure_has_two_labelled_panels_with_layer_ticks_and_a_title(ex, tiny_reference, figures):
-    fig, axes = draw(ex, tiny_reference, figures)
+def test_figure_has_two_labelled_panels_with_layer_ticks_and_a_title(ex, tiny_reference):
+    fig, axes = figure_6(ex, tiny_reference)
     n_hidden = tiny_reference.hidden.shape[0]
     for side, ax in zip(("left", "right"), axes):
         expect(ax.get_xlabel() and ax.get_ylabel(), "figure-axis-labels-missing",
@@ -655,8 +673,8 @@ def test_figure_has_two_labelled_panels_with_layer_ticks_and_a_title(ex, tiny_re
            f"the title should name the token (' cute' here), got {titles.strip()!r}")
 
 
-def test_figure_left_panel_dots_are_the_tokens_activations_per_layer(ex, tiny_reference, figures):
-    _, (left, _) = draw(ex, tiny_reference, figures)
+def test_figure_left_panel_dots_are_the_tokens_activations_per_layer(ex, tiny_reference):
+    _, (left, _) = figure_6(ex, tiny_reference)
     hidden = tiny_reference.hidden
     n_hidden, _, d_model = hidden.shape
     dots = drawn_points(left, marked_only=True)
@@ -687,8 +705,8 @@ def test_figure_left_panel_dots_are_the_tokens_activations_per_layer(ex, tiny_re
         ))
 
 
-def test_figure_right_panel_shows_the_variance_per_layer_as_squares(ex, tiny_reference, figures):
-    _, (_, right) = draw(ex, tiny_reference, figures)
+def test_figure_right_panel_shows_the_variance_per_layer_as_squares(ex, tiny_reference):
+    _, (_, right) = figure_6(ex, tiny_reference)
     hidden = tiny_reference.hidden
     layers = list(range(hidden.shape[0]))
     expected = torch.var(hidden[:, FIGURE_TOKEN, :], dim=-1).double()

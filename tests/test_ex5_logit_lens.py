@@ -38,8 +38,10 @@ from tests.support import (  # noqa: E402
     drawn_heatmaps,
     expect,
     heatmap_axes,
+    once_per_implementation,
     raises_clearly,
     reference_hidden_states,
+    shared_results,  # noqa: F401 - a fixture
 )
 
 POSITIONS = [0, 3, -1]  # a selection that includes a negative index
@@ -494,86 +496,91 @@ def cell_texts(ax, heatmap) -> dict:
     return cells
 
 
+def tiny_lens_figure(ex, tokenizer, tiny):
+    """``ex.plot_logit_lens`` of the tiny lens, drawn once per module under test for the tests
+    that only read the figure (each would otherwise draw the same figure again)."""
+
+    def compute():
+        fig = ex.plot_logit_lens(tiny["lens"], tokenizer, tiny["ids"])
+        assert isinstance(fig, Figure), f"expected a matplotlib Figure, got {type(fig).__name__}"
+        return fig
+
+    return once_per_implementation(ex, "ex5-tiny-lens-figure", compute)
+
+
 def test_plot_logit_lens_colours_and_texts(ex, tiny_gpt2, tiny):
     _, tokenizer = tiny_gpt2
     lens, ids = tiny["lens"], tiny["ids"]
     n_hidden, n_tokens, _ = lens.shape
-    fig = ex.plot_logit_lens(lens, tokenizer, ids)
-    try:
-        assert isinstance(fig, Figure), f"expected a matplotlib Figure, got {type(fig).__name__}"
-        ax, heatmap = lens_heatmap(fig)
-        image = heatmap.values
-        top = lens.max(dim=-1)
-        expected = top.values.numpy()
-        if image.shape == expected.T.shape and np.allclose(image, expected.T, atol=1e-4):
-            diagnose("lens-plot-transposed",
-                     f"the image has the positions as rows ({image.shape}): rows are layers, "
-                     f"columns positions, shape (n_layers + 1, T)")
-        if image.shape != expected.shape and image.shape[-1] == lens.shape[-1]:
+    fig = tiny_lens_figure(ex, tokenizer, tiny)
+    ax, heatmap = lens_heatmap(fig)
+    image = heatmap.values
+    top = lens.max(dim=-1)
+    expected = top.values.numpy()
+    if image.shape == expected.T.shape and np.allclose(image, expected.T, atol=1e-4):
+        diagnose("lens-plot-transposed",
+                 f"the image has the positions as rows ({image.shape}): rows are layers, "
+                 f"columns positions, shape (n_layers + 1, T)")
+    if image.shape != expected.shape and image.shape[-1] == lens.shape[-1]:
+        diagnose("lens-plot-max-over-wrong-dim",
+                 f"the image has shape {image.shape}: the maximum was taken over the layers or "
+                 f"positions; take it over the vocabulary, lens.max(dim=-1)")
+    assert image.shape == expected.shape, (
+        f"the image should be (n_layers + 1, T) = {expected.shape}, got {image.shape}"
+    )
+    assert np.allclose(image, expected, atol=1e-4), (
+        "the colours should be each cell's top log-probability, lens.max(dim=-1).values"
+    )
+    expect(heatmap.rows_up, "lens-plot-output-at-bottom", (
+        "in your picture the output (the last hidden state) is the bottom row and the "
+        "embedding layer the top one: imshow puts row 0 at the top unless told otherwise. "
+        "Pass origin='lower' to ax.imshow so that row 0 (Emb) is at the bottom and the "
+        "layers climb towards the output, as the model computes them"))
+    cells = cell_texts(ax, heatmap)
+    missing = [(t, i) for i in range(n_hidden) for t in range(n_tokens) if (t, i) not in cells]
+    if missing:
+        t, i = missing[0]
+        x, y = heatmap.centres[i, t]
+        pytest.fail(
+            f"no text in {len(missing)} of the {n_hidden * n_tokens} cells (e.g. layer {i}, "
+            f"position {t}, drawn around x={x:g}, y={y:g}): write each cell's top token at "
+            "its centre, ax.text(position, layer, text) over ax.imshow")
+    wrong = []
+    for i in range(n_hidden):
+        for t in range(n_tokens):
+            want = tokenizer.decode([int(top.indices[i, t])]).strip()
+            got = cells[(t, i)].strip()
+            if not (got and want.startswith(got) and len(got) >= min(4, len(want))):
+                wrong.append((i, t, want, got))
+    if wrong:
+        by_positions = lens.max(dim=1).indices  # (n_hidden, vocab): a wrong-dimension max
+        i, t, want, got = wrong[0]
+        if got == tokenizer.decode([int(by_positions[i, t])]).strip():
             diagnose("lens-plot-max-over-wrong-dim",
-                     f"the image has shape {image.shape}: the maximum was taken over the layers or "
-                     f"positions; take it over the vocabulary, lens.max(dim=-1)")
-        assert image.shape == expected.shape, (
-            f"the image should be (n_layers + 1, T) = {expected.shape}, got {image.shape}"
+                     f"cell (layer {i}, position {t}) shows {got!r}, not the top token {want!r}: "
+                     f"take the argmax over the vocabulary, the last dimension")
+        pytest.fail(
+            f"{len(wrong)} cells show the wrong token; layer {i}, position {t}: expected "
+            f"{want!r} (the top token, tokenizer.decode of lens[{i}, {t}].argmax()), got {got!r}"
         )
-        assert np.allclose(image, expected, atol=1e-4), (
-            "the colours should be each cell's top log-probability, lens.max(dim=-1).values"
-        )
-        expect(heatmap.rows_up, "lens-plot-output-at-bottom", (
-            "in your picture the output (the last hidden state) is the bottom row and the "
-            "embedding layer the top one: imshow puts row 0 at the top unless told otherwise. "
-            "Pass origin='lower' to ax.imshow so that row 0 (Emb) is at the bottom and the "
-            "layers climb towards the output, as the model computes them"))
-        cells = cell_texts(ax, heatmap)
-        missing = [(t, i) for i in range(n_hidden) for t in range(n_tokens) if (t, i) not in cells]
-        if missing:
-            t, i = missing[0]
-            x, y = heatmap.centres[i, t]
-            pytest.fail(
-                f"no text in {len(missing)} of the {n_hidden * n_tokens} cells (e.g. layer {i}, "
-                f"position {t}, drawn around x={x:g}, y={y:g}): write each cell's top token at "
-                "its centre, ax.text(position, layer, text) over ax.imshow")
-        wrong = []
-        for i in range(n_hidden):
-            for t in range(n_tokens):
-                want = tokenizer.decode([int(top.indices[i, t])]).strip()
-                got = cells[(t, i)].strip()
-                if not (got and want.startswith(got) and len(got) >= min(4, len(want))):
-                    wrong.append((i, t, want, got))
-        if wrong:
-            by_positions = lens.max(dim=1).indices  # (n_hidden, vocab): a wrong-dimension max
-            i, t, want, got = wrong[0]
-            if got == tokenizer.decode([int(by_positions[i, t])]).strip():
-                diagnose("lens-plot-max-over-wrong-dim",
-                         f"cell (layer {i}, position {t}) shows {got!r}, not the top token {want!r}: "
-                         f"take the argmax over the vocabulary, the last dimension")
-            pytest.fail(
-                f"{len(wrong)} cells show the wrong token; layer {i}, position {t}: expected "
-                f"{want!r} (the top token, tokenizer.decode of lens[{i}, {t}].argmax()), got {got!r}"
-            )
-    finally:
-        plt.close(fig)
 
 
 def test_plot_logit_lens_labels(ex, tiny_gpt2, tiny):
     _, tokenizer = tiny_gpt2
     lens, ids = tiny["lens"], tiny["ids"]
-    fig = ex.plot_logit_lens(lens, tokenizer, ids)
-    try:
-        ax, _ = lens_heatmap(fig)
-        ylabels = [label.get_text() for label in ax.get_yticklabels()]
-        assert ylabels == layer_names(lens.shape[0]), (
-            f"the rows should be labelled {layer_names(lens.shape[0])}, got {ylabels}"
-        )
-        xlabels = [label.get_text().strip() for label in ax.get_xticklabels()]
-        expected = [tokenizer.decode([i]).strip() for i in ids[0].tolist()]
-        assert xlabels == expected, (
-            f"the columns should be labelled with the input tokens {expected[:4]}..., got {xlabels[:4]}..."
-        )
-        assert ax.get_xlabel() and ax.get_ylabel(), "label both axes ('Input token', 'Layer')"
-        assert len(fig.axes) >= 2, "add a colorbar (fig.colorbar) so the colours can be read"
-    finally:
-        plt.close(fig)
+    fig = tiny_lens_figure(ex, tokenizer, tiny)
+    ax, _ = lens_heatmap(fig)
+    ylabels = [label.get_text() for label in ax.get_yticklabels()]
+    assert ylabels == layer_names(lens.shape[0]), (
+        f"the rows should be labelled {layer_names(lens.shape[0])}, got {ylabels}"
+    )
+    xlabels = [label.get_text().strip() for label in ax.get_xticklabels()]
+    expected = [tokenizer.decode([i]).strip() for i in ids[0].tolist()]
+    assert xlabels == expected, (
+        f"the columns should be labelled with the input tokens {expected[:4]}..., got {xlabels[:4]}..."
+    )
+    assert ax.get_xlabel() and ax.get_ylabel(), "label both axes ('Input token', 'Layer')"
+    assert len(fig.axes) >= 2, "add a colorbar (fig.colorbar) so the colours can be read"
 
 
 def test_plot_logit_lens_is_legible_for_31_layers(ex, tiny_gpt2):
@@ -653,16 +660,6 @@ def test_plot_rank_by_layer(ex):
 
 # ----------------------------------------------------------------------------- SmolLM2
 
-_LEARNER_LENS = {}  # one slot: the last learner module and its SmolLM2 Kafka lens (134 MiB)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _forget_the_learner_lens():
-    """Free the cached SmolLM2 lens when this file's tests are done."""
-    yield
-    _LEARNER_LENS.clear()
-
-
 @pytest.fixture(scope="module")
 def smollm2_kafka(smollm2):
     model, tokenizer = smollm2
@@ -675,12 +672,10 @@ def smollm2_kafka(smollm2):
 
 
 def learner_lens(ex, model, reference):
-    """The learner's lens of the Kafka text, computed once per implementation."""
-    if _LEARNER_LENS.get("ex") is not ex:
-        _LEARNER_LENS.clear()
-        lens = as_lens(ex.logit_lens(model, reference["hidden"]))
-        _LEARNER_LENS.update(ex=ex, lens=lens)
-    return _LEARNER_LENS["lens"]
+    """The learner's lens of the Kafka text (134 MiB), computed once per module under test and
+    freed when this file's tests are done."""
+    return once_per_implementation(ex, "ex5-smollm2-kafka-lens",
+                                   lambda: as_lens(ex.logit_lens(model, reference["hidden"])))
 
 
 def learner_true_ranks(ex, smollm2, smollm2_kafka):
