@@ -535,14 +535,15 @@ _WORKER: _KernelWorker | None = None
 def _kernel_worker():
     """``(worker, seed)``: the warm worker every check of this kernel is forked from, as a
     batch's submissions are from the batch's. It is started by the first check, and again when
-    the environment changed since (another ``KATA_MODEL``, say) or it was lost; ``(None,
-    None)`` when it cannot be started (each check then starts a worker of its own)."""
+    the tests' environment changed since (another ``KATA_TORCH_THREADS``, say; not
+    ``KATA_MODEL``, which no test reads) or it was lost; ``(None, None)`` when it cannot be
+    started (each check then starts a worker of its own)."""
     global _WORKER
     from .grading.batch_worker import BatchWorker
-    from .grading.runner import child_environment, fresh_secret_seed, trusted_environment
+    from .grading.runner import fresh_secret_seed, tests_environment, trusted_environment
     from .manifest import load_manifest
 
-    environment = child_environment(ROOT, None)
+    environment = tests_environment(ROOT, None)
     if _WORKER is not None:
         if _WORKER.environment == environment and not _WORKER.worker.lost:
             return _WORKER.worker, _WORKER.seed

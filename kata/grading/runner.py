@@ -124,12 +124,26 @@ def child_environment(root: Path, threads: int | None = None) -> dict[str, str]:
     return env
 
 
+#: The model the learner's own code loads by default (``kata.load_model()``: their notebook,
+#: ``grader.py figures``). No test reads it: every test names its models.
+MODEL_VARIABLE = "KATA_MODEL"
+
+
+def tests_environment(root: Path, threads: int | None = None) -> dict[str, str]:
+    """What the trusted test processes start from: :func:`child_environment` without
+    :data:`MODEL_VARIABLE`, so that no verdict depends on it (and a notebook kernel whose
+    ``KATA_MODEL`` changed keeps its warm worker)."""
+    env = child_environment(root, threads)
+    env.pop(MODEL_VARIABLE, None)
+    return env
+
+
 def trusted_environment(root: Path, threads: int | None, secret_seed: int,
                         references: Path | None = None) -> dict[str, str]:
-    """The environment of the trusted test processes: :func:`child_environment` with the secret
+    """The environment of the trusted test processes: :func:`tests_environment` with the secret
     checks' seed and the batch's folder of reference values, which the learner's side never
     gets."""
-    env = child_environment(root, threads)
+    env = tests_environment(root, threads)
     env[SECRET_SEED_VARIABLE] = str(secret_seed)
     if references is not None:
         from .reference_cache import REFERENCE_CACHE_VARIABLE

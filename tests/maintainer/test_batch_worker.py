@@ -84,10 +84,12 @@ def test_the_learners_environment_names_neither_the_seed_nor_the_references(monk
                                                                             tmp_path):
     monkeypatch.setenv(REFERENCE_CACHE_VARIABLE, "/somewhere/references")
     monkeypatch.setenv(SECRET_SEED_VARIABLE, "12345")
+    monkeypatch.setenv("KATA_MODEL", "tiny-gpt2")
     learner = child_environment(tmp_path)  # what the learner's server starts with
     assert REFERENCE_CACHE_VARIABLE not in learner and SECRET_SEED_VARIABLE not in learner
     trusted = trusted_environment(tmp_path, None, 99, tmp_path / "references")
     assert trusted[SECRET_SEED_VARIABLE] == "99"
+    assert "KATA_MODEL" not in trusted  # no verdict depends on the learner's default model
     assert trusted[REFERENCE_CACHE_VARIABLE] == str(tmp_path / "references")
 
 

@@ -263,8 +263,9 @@ def test_check_result_shows_a_table(monkeypatch):
 
 def test_checks_after_the_first_are_forked_from_the_kernels_warm_worker(monkeypatch):
     """The first check starts the kernel's warm worker; it and every later check in the same
-    environment run in a child forked from it, with the verdict a check gets; another
-    environment (another KATA_MODEL) gets a worker of its own."""
+    environment run in a child forked from it, with the verdict a check gets. Another
+    KATA_MODEL keeps it (no test reads it: the notebooks of exercise 3 and 4 switch models);
+    another environment of the tests (another KATA_TORCH_THREADS) gets a worker of its own."""
     from kata.grading.batch_worker import BatchWorker, ForkedWorker
 
     forked = []
@@ -285,6 +286,9 @@ def test_checks_after_the_first_are_forked_from_the_kernels_warm_worker(monkeypa
         assert first.done and second.done, (repr(first), repr(second))
         assert kn._WORKER.worker is worker and forked == [True, True], forked
         monkeypatch.setenv("KATA_MODEL", "smollm2")
+        kn._kernel_worker()
+        assert kn._WORKER.worker is worker
+        monkeypatch.setenv("KATA_TORCH_THREADS", "2")
         kn._kernel_worker()
         assert kn._WORKER.worker is not worker and worker.process.poll() is not None
     finally:
