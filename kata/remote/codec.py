@@ -52,15 +52,16 @@ class ChannelClosed(FrameError):
 # --------------------------------------------------------------------------- frames
 
 
-def _read_exactly(fd: int, n: int) -> bytes:
-    chunks, left = [], n
-    while left:
-        chunk = os.read(fd, min(left, 1 << 20))
-        if not chunk:
+def _read_exactly(fd: int, n: int) -> bytearray:
+    """``n`` bytes from ``fd``, read straight into one buffer (no chunks to join)."""
+    buffer = bytearray(n)
+    view, got = memoryview(buffer), 0
+    while got < n:
+        count = os.readv(fd, [view[got:]])
+        if not count:
             raise ChannelClosed("the other end closed the channel")
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
+        got += count
+    return buffer
 
 
 def _write_all(fd: int, data) -> None:
@@ -96,10 +97,10 @@ def read_frame(fd: int, limits: Limits = LIMITS) -> tuple[dict, list[bytes]]:
     if (not isinstance(sizes, list) or len(sizes) > limits.blobs
             or not all(type(s) is int and s >= 0 for s in sizes) or sum(sizes) != body_length):
         raise FrameError("a message's blob table does not match its body")
-    body = _read_exactly(fd, body_length)
+    body = memoryview(_read_exactly(fd, body_length))
     blobs, at = [], 0
     for size in sizes:
-        blobs.append(body[at:at + size])
+        blobs.append(body[at:at + size])  # views of the one buffer: nothing copied
         at += size
     return header, blobs
 
@@ -200,10 +201,8 @@ class Codec:
             return self.opaque(tensor)
         self.table.append(tensor)
         self._room_for(tensor.numel() * tensor.element_size())
-        # clone: a view can count as contiguous (one element, any stride) and still refuse .view
-        data = tensor.detach().to("cpu").clone(memory_format=torch.contiguous_format)
-        raw = data.reshape(-1).view(torch.uint8).numpy().tobytes() if data.numel() else b""
-        return {"$tensor": self._blob(raw), "dtype": name, "shape": list(data.shape),
+        data = tensor.detach().to("cpu")
+        return {"$tensor": self._blob(_bytes_of(data)), "dtype": name, "shape": list(data.shape),
                 "rg": bool(tensor.requires_grad), "gf": tensor.grad_fn is not None,
                 "param": isinstance(tensor, torch.nn.Parameter)}
 
@@ -238,7 +237,9 @@ class Codec:
             raise FrameError(f"more than {self.limits.frame_bytes // 2**20} MiB of tensors in "
                              "one message (the channel's limit)")
 
-    def _blob(self, data: bytes) -> int:
+    def _blob(self, data: bytes | memoryview) -> int:
+        """Keep ``data`` (bytes, or a byte view of a tensor written with the message, before
+        anyone can change it) for the message's body; its place among the blobs."""
         self._room_for(len(data))
         self.size = getattr(self, "size", 0) + len(data)
         self.blobs.append(data)
@@ -347,10 +348,7 @@ class Codec:
         itemsize = torch.empty((), dtype=dtype).element_size()
         if math.prod(shape) * itemsize != len(raw):
             raise FrameError("a tensor's data does not match its shape")
-        if raw:
-            tensor = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
-        else:
-            tensor = torch.empty(shape, dtype=dtype)
+        tensor = _tensor_of(raw, dtype, shape)
         if node.get("rg") is True and (dtype.is_floating_point or dtype.is_complex):
             if node.get("param") is True:
                 tensor = torch.nn.Parameter(tensor)
@@ -360,6 +358,30 @@ class Codec:
                 tensor = tensor.requires_grad_(True)
         self.table.append(tensor)
         return tensor
+
+
+def _bytes_of(tensor: torch.Tensor) -> memoryview:
+    """The raw bytes of a CPU tensor, in row-major order: a view of its memory when it is
+    contiguous, else of a contiguous copy."""
+    if tensor.numel() == 0:
+        return memoryview(b"")
+    try:
+        flat = tensor.contiguous().reshape(-1).view(torch.uint8)
+    except RuntimeError:  # a view can count as contiguous (one element, any stride) and still
+        # refuse .view
+        flat = tensor.clone(memory_format=torch.contiguous_format).reshape(-1).view(torch.uint8)
+    return memoryview(flat.numpy())
+
+
+def _tensor_of(raw, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
+    """A tensor of ``dtype`` and ``shape`` over ``raw``, a writable view of a frame's body that
+    no one else holds: its memory when suitably aligned for ``dtype``, else a copy."""
+    if not len(raw):
+        return torch.empty(shape, dtype=dtype)
+    data = torch.frombuffer(raw, dtype=torch.uint8)
+    if data.data_ptr() % torch.empty((), dtype=dtype).element_size():
+        data = data.clone()  # another blob of an odd size came before it
+    return data.view(dtype).reshape(shape)
 
 
 def _list(value) -> list:

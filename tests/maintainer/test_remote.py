@@ -127,6 +127,30 @@ def test_limits_hold_for_size_count_depth_and_strings():
         Codec(small).decode(nested, [])
 
 
+def test_tensors_of_one_frame_are_exact_aligned_and_each_its_own():
+    """A frame's tensors are read as views of its one body (no copies): each holds exactly the
+    values sent, whatever came before it (a blob of an odd size leaves the next misaligned: it
+    is copied), and changing one in place changes no other."""
+    sent = [torch.ones(3, dtype=torch.uint8), torch.randn(5, dtype=torch.float64),
+            torch.randn(2, 3).t(), torch.randn(4, dtype=torch.complex128), torch.zeros(0, 2)]
+    encoder = Codec()
+    node = encoder.encode(sent)
+    read_fd, write_fd = os.pipe()
+    try:
+        write_frame(write_fd, {"value": node}, encoder.blobs)
+        header, blobs = read_frame(read_fd)
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+    got = Codec().decode(header["value"], blobs)
+    for before, after in zip(sent, got):
+        assert after.dtype == before.dtype and torch.equal(after, before)
+        assert after.data_ptr() % after.element_size() == 0
+    got[1].fill_(7.0)
+    assert all(torch.equal(after, before) for k, (before, after) in enumerate(zip(sent, got))
+               if k != 1)
+
+
 def test_frames_are_read_within_their_limits():
     read_fd, write_fd = os.pipe()
     try:
