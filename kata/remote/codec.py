@@ -374,13 +374,18 @@ def _bytes_of(tensor: torch.Tensor) -> memoryview:
 
 
 def _tensor_of(raw, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
-    """A tensor of ``dtype`` and ``shape`` over ``raw``, a writable view of a frame's body that
-    no one else holds: its memory when suitably aligned for ``dtype``, else a copy."""
+    """A tensor of ``dtype`` and ``shape`` holding the bytes ``raw``. When ``raw`` is a view of
+    at least half of a frame's body (:func:`read_frame`; nobody else holds it) the tensor uses
+    that memory, else a copy: a tensor keeps its frame's body alive, so it never keeps more
+    than twice its own size (a small answer sent with a large unread blob would keep the blob).
+    A view that is misaligned for ``dtype`` (a blob of an odd size came before it) is copied."""
     if not len(raw):
         return torch.empty(shape, dtype=dtype)
-    data = torch.frombuffer(raw, dtype=torch.uint8)
+    shared = (isinstance(raw, memoryview) and not raw.readonly
+              and isinstance(raw.obj, bytearray) and 2 * len(raw) >= len(raw.obj))
+    data = torch.frombuffer(raw if shared else bytearray(raw), dtype=torch.uint8)
     if data.data_ptr() % torch.empty((), dtype=dtype).element_size():
-        data = data.clone()  # another blob of an odd size came before it
+        data = data.clone()
     return data.view(dtype).reshape(shape)
 
 

@@ -127,14 +127,9 @@ def test_limits_hold_for_size_count_depth_and_strings():
         Codec(small).decode(nested, [])
 
 
-def test_tensors_of_one_frame_are_exact_aligned_and_each_its_own():
-    """A frame's tensors are read as views of its one body (no copies): each holds exactly the
-    values sent, whatever came before it (a blob of an odd size leaves the next misaligned: it
-    is copied), and changing one in place changes no other."""
-    sent = [torch.ones(3, dtype=torch.uint8), torch.randn(5, dtype=torch.float64),
-            torch.randn(2, 3).t(), torch.randn(4, dtype=torch.complex128), torch.zeros(0, 2)]
+def _across_a_pipe(value):
     encoder = Codec()
-    node = encoder.encode(sent)
+    node = encoder.encode(value)
     read_fd, write_fd = os.pipe()
     try:
         write_frame(write_fd, {"value": node}, encoder.blobs)
@@ -142,13 +137,34 @@ def test_tensors_of_one_frame_are_exact_aligned_and_each_its_own():
     finally:
         os.close(read_fd)
         os.close(write_fd)
-    got = Codec().decode(header["value"], blobs)
+    return Codec().decode(header["value"], blobs)
+
+
+def test_tensors_of_one_frame_are_exact_aligned_and_each_its_own():
+    """Each tensor read holds exactly the values sent, whatever came before it (a blob of an odd
+    size leaves the next misaligned: it is copied), and changing one in place changes no
+    other."""
+    sent = [torch.ones(3, dtype=torch.uint8), torch.randn(5, dtype=torch.float64),
+            torch.randn(2, 3).t(), torch.randn(4, dtype=torch.complex128), torch.zeros(0, 2)]
+    got = _across_a_pipe(sent)
     for before, after in zip(sent, got):
         assert after.dtype == before.dtype and torch.equal(after, before)
         assert after.data_ptr() % after.element_size() == 0
     got[1].fill_(7.0)
     assert all(torch.equal(after, before) for k, (before, after) in enumerate(zip(sent, got))
                if k != 1)
+
+
+def test_a_large_tensor_is_read_in_place_and_a_small_one_keeps_no_large_body():
+    """A tensor that is most of its frame is a view of the frame's body (not copied); a small
+    one sent with a large blob is copied out, so it does not keep the large blob in memory."""
+    small, large = torch.arange(4.0), torch.randn(1000)
+    got_small, got_large = _across_a_pipe([small, large])
+    assert torch.equal(got_small, small) and torch.equal(got_large, large)
+    body_start = got_large.data_ptr() - small.numel() * small.element_size()
+    assert got_small.data_ptr() != body_start, "the small tensor keeps the frame's body alive"
+    again = _across_a_pipe([large])[0]
+    assert torch.equal(again, large)
 
 
 def test_frames_are_read_within_their_limits():
