@@ -48,11 +48,12 @@ import traceback
 import types
 from pathlib import Path
 
+from ..models import SMOLLM2_FIRST_BLOCKS
 from .channel import Peer
 from .codec import Codec, FrameError, _blob_of
 
 #: Models the trusted side's session fixtures use, by name.
-SESSION_MODEL_NAMES = ("tiny-gpt2", "smollm2", "smollm2-first-4-blocks")
+SESSION_MODEL_NAMES = ("tiny-gpt2", "smollm2", SMOLLM2_FIRST_BLOCKS)
 MAX_MESSAGE_CHARS = 4000
 
 
