@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from .codec import LIMITS, ChannelClosed, FrameError, Limits, read_frame, write_frame
+from .codec import LIMITS, Blob, ChannelClosed, FrameError, Limits, read_frame, write_frame
 
 Handler = Callable[[dict, list], tuple[dict, list]]
 
@@ -28,10 +28,10 @@ class Peer:
         self.counter = 0
         self.closed = False
 
-    def send(self, header: dict, blobs: list[bytes]) -> None:
+    def send(self, header: dict, blobs: list[Blob]) -> None:
         write_frame(self.write_fd, header, blobs, self.limits)
 
-    def request(self, header: dict, blobs: list[bytes]) -> tuple[dict, list[bytes]]:
+    def request(self, header: dict, blobs: list[Blob]) -> tuple[dict, list[Blob]]:
         """Send a request; serve the other end's requests until its reply comes."""
         self.counter += 1
         number = self.counter
@@ -45,7 +45,7 @@ class Peer:
                 continue
             raise FrameError("a reply to no request")
 
-    def serve_one(self, message: dict, data: list[bytes]) -> bool:
+    def serve_one(self, message: dict, data: list[Blob]) -> bool:
         """Answer one request; False when it asked this end to stop."""
         if message.get("op") == "bye":
             self.send({"reply": message.get("id")}, [])

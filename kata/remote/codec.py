@@ -27,6 +27,10 @@ import torch
 
 _HEAD = struct.Struct("!IQ")
 
+#: The bytes of one tensor or value of a frame: bytes, or a view of a tensor's memory (written)
+#: or of the frame's body (read).
+Blob = bytes | memoryview
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -71,7 +75,7 @@ def _write_all(fd: int, data) -> None:
         view = view[written:]
 
 
-def write_frame(fd: int, header: dict, blobs: list[bytes], limits: Limits = LIMITS) -> None:
+def write_frame(fd: int, header: dict, blobs: list[Blob], limits: Limits = LIMITS) -> None:
     header = dict(header, blobs=[len(b) for b in blobs])
     text = json.dumps(header, allow_nan=False, separators=(",", ":")).encode("utf-8")
     body = sum(len(b) for b in blobs)
@@ -83,7 +87,7 @@ def write_frame(fd: int, header: dict, blobs: list[bytes], limits: Limits = LIMI
         _write_all(fd, blob)
 
 
-def read_frame(fd: int, limits: Limits = LIMITS) -> tuple[dict, list[bytes]]:
+def read_frame(fd: int, limits: Limits = LIMITS) -> tuple[dict, list[Blob]]:
     header_length, body_length = _HEAD.unpack(_read_exactly(fd, _HEAD.size))
     if header_length > limits.header_bytes or body_length > limits.frame_bytes:
         raise FrameError(f"a message of {header_length + body_length:,} bytes is larger than "
@@ -130,7 +134,7 @@ class Codec:
     def __init__(self, limits: Limits = LIMITS, known: dict | None = None,
                  table: list | None = None):
         self.limits = limits
-        self.blobs: list[bytes] = []
+        self.blobs: list[Blob] = []
         self.table: list = []  # objects of this message, in order
         self.known = known or {}  # id(object) -> its place in the request's table (replies)
         self.request_table = table or []  # the request's objects (decoding a reply)
@@ -216,7 +220,7 @@ class Codec:
                 changed.append([place, self._encode_tensor(value)])
         return changed
 
-    def apply_mutations(self, entries, blobs: list[bytes]) -> None:
+    def apply_mutations(self, entries, blobs: list[Blob]) -> None:
         """Change this end's originals as the other end changed its copies in place."""
         if not isinstance(entries, list) or len(entries) > self.limits.blobs:
             raise FrameError("a list of changed tensors of no known form")
@@ -237,7 +241,7 @@ class Codec:
             raise FrameError(f"more than {self.limits.frame_bytes // 2**20} MiB of tensors in "
                              "one message (the channel's limit)")
 
-    def _blob(self, data: bytes | memoryview) -> int:
+    def _blob(self, data: Blob) -> int:
         """Keep ``data`` (bytes, or a byte view of a tensor written with the message, before
         anyone can change it) for the message's body; its place among the blobs."""
         self._room_for(len(data))
@@ -256,7 +260,7 @@ class Codec:
 
     # -- reading -------------------------------------------------------------
 
-    def decode(self, node, blobs: list[bytes], depth: int = 0):
+    def decode(self, node, blobs: list[Blob], depth: int = 0):
         self._count(depth)
         if node is None or isinstance(node, (bool, str)):
             if isinstance(node, str) and len(node) > self.limits.string_chars:
@@ -325,7 +329,7 @@ class Codec:
             return self.decode_object(node["$obj"], node, blobs, depth)
         raise FrameError("a value of no known form")
 
-    def decode_object(self, kind: str, node: dict, blobs: list[bytes], depth: int):
+    def decode_object(self, kind: str, node: dict, blobs: list[Blob], depth: int):
         """The object a tagged form stands for: subclasses. Unknown kinds are refused."""
         if kind == "opaque":
             return Opaque.of(str(node.get("type", "object"))[:100],
@@ -339,7 +343,7 @@ class Codec:
             return BatchEncoding(data)
         raise FrameError(f"an object of unknown kind {kind[:40]!r}")
 
-    def _decode_tensor(self, node: dict, blobs: list[bytes]) -> torch.Tensor:
+    def _decode_tensor(self, node: dict, blobs: list[Blob]) -> torch.Tensor:
         dtype = _DTYPES.get(node.get("dtype"))
         if dtype is None:
             raise FrameError("a tensor of an unknown dtype")
@@ -348,7 +352,7 @@ class Codec:
         itemsize = torch.empty((), dtype=dtype).element_size()
         if math.prod(shape) * itemsize != len(raw):
             raise FrameError("a tensor's data does not match its shape")
-        tensor = _tensor_of(raw, dtype, shape)
+        tensor = _tensor_of(raw, dtype, itemsize, shape)
         if node.get("rg") is True and (dtype.is_floating_point or dtype.is_complex):
             if node.get("param") is True:
                 tensor = torch.nn.Parameter(tensor)
@@ -373,7 +377,7 @@ def _bytes_of(tensor: torch.Tensor) -> memoryview:
     return memoryview(flat.numpy())
 
 
-def _tensor_of(raw, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
+def _tensor_of(raw: Blob, dtype: torch.dtype, itemsize: int, shape: list[int]) -> torch.Tensor:
     """A tensor of ``dtype`` and ``shape`` holding the bytes ``raw``. When ``raw`` is a view of
     at least half of a frame's body (:func:`read_frame`; nobody else holds it) the tensor uses
     that memory, else a copy: a tensor keeps its frame's body alive, so it never keeps more
@@ -384,7 +388,7 @@ def _tensor_of(raw, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
     shared = (isinstance(raw, memoryview) and not raw.readonly
               and isinstance(raw.obj, bytearray) and 2 * len(raw) >= len(raw.obj))
     data = torch.frombuffer(raw if shared else bytearray(raw), dtype=torch.uint8)
-    if data.data_ptr() % torch.empty((), dtype=dtype).element_size():
+    if data.data_ptr() % itemsize:
         data = data.clone()
     return data.view(dtype).reshape(shape)
 
@@ -402,7 +406,7 @@ def _shape(value) -> list[int]:
     return value
 
 
-def _blob_of(index, blobs: list[bytes]) -> bytes:
+def _blob_of(index, blobs: list[Blob]) -> Blob:
     if type(index) is not int or not 0 <= index < len(blobs):
         raise FrameError("a reference to no blob of the message")
     return blobs[index]
