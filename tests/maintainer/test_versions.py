@@ -47,6 +47,17 @@ def test_ci_runs_a_newest_and_a_floors_leg():
     assert re.search(r"^KATA_VENV=\S+ KATA_FLOORS=1 bash run\.sh test$", ci, re.M)
 
 
+def test_the_notebook_extra_holds_the_kernel_extra_whole():
+    """``bash run.sh test`` installs the kernel extra, ``bash run.sh notebook`` the notebook
+    extra: what the suite tests the notebooks with is what a learner's JupyterLab runs them on."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert set(extras["kernel"]) <= set(extras["notebook"]), set(extras["kernel"]) - set(
+        extras["notebook"])
+
+
 def test_floors_are_printed_before_anything_is_installed():
     # run.sh asks for the pins with the system Python, outside any venv.
     out = subprocess.run(
