@@ -6,11 +6,14 @@ check cell reports "not started", no output holds a traceback, and every cell th
 learner function says which function to write. The generated ``.ipynb`` files match their
 sources (``python grader.py notebooks --check``).
 
-Time: two kernels share the notebooks, each running them one after another from a fresh start
-(an empty namespace, the notebook's own folder and settings): a kernel's imports and model loads
-(about 4 s) are paid twice, not once per notebook. The tiny GPT-2 runs every notebook whose
-figure does not need a trained model; exercise 3 runs on SmolLM2, the default model, as a learner
-sees it. A notebook whose exercise is not in the manifest yet is skipped.
+Time: one kernel runs the notebooks one after another, each from a fresh start (an empty
+namespace, the notebook's own folder and settings): the kernel's imports and model loads, and its
+warm worker's, are paid once, not once per notebook. A second kernel would take a third off this
+file's time alone but cost about 8 CPU s more, and the suite's other worker keeps the second core
+busy anyway (:data:`KERNELS`; 2026-12-06: 46 s and 45 CPU s with one, 33 s and 54 with two).
+The tiny GPT-2 runs every notebook whose figure does not need a trained model; exercise 3 runs on
+SmolLM2, the default model, as a learner sees it. A notebook whose exercise is not in the
+manifest yet is skipped.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: nothing there reaches the model's weights).
 SOLUTION_MODELS = {"ex3": "smollm2"}
 DEFAULT_TEST_MODEL = "tiny-gpt2"
-KERNELS = 2
+KERNELS = 1
 CELL_TIMEOUT = 300
 
 #: A cell that calls a learner function: ``ex.tokenize(...)``, ``ex3.plot_scaling_experiment(...)``.
@@ -126,7 +129,8 @@ def executed():
     """``{(notebook name, impl): (executed notebook, seconds)}`` for every runnable notebook."""
     pytest.importorskip("nbclient", reason="needs the kernel extra: pip install -e '.[kernel]'")
     pytest.importorskip("ipykernel", reason="needs the kernel extra: pip install -e '.[kernel]'")
-    # The longest runs (the solutions, with their full check) first, so the kernels end together.
+    # The longest runs (the solutions, with their full check) first: with more than one kernel
+    # (:data:`KERNELS`), the kernels then end together.
     jobs = queue.Queue()
     for job in [(p, impl) for impl in ("solutions", "exercises") for p in _runnable()]:
         jobs.put(job)
