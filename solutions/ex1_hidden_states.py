@@ -256,7 +256,7 @@ def plot_token_activations(hidden_states: torch.Tensor, token_index: int, token_
     colours = plt.cm.plasma(torch.linspace(0, 0.9, n_hidden).tolist())
     jitter = torch.Generator().manual_seed(0)  # the same figure every time
 
-    fig, (dots_ax, variance_ax) = plt.subplots(1, 2, figsize=(12, 4), layout="constrained")
+    fig, (dots_ax, variance_ax) = plt.subplots(1, 2, figsize=(12, 4))
     for layer in layers:
         x = layer + (torch.rand(d_model, generator=jitter) - 0.5) * 0.5  # within +-0.25
         y = token_vectors[layer].cpu().numpy()
@@ -273,4 +273,5 @@ def plot_token_activations(hidden_states: torch.Tensor, token_index: int, token_
         ax.set_xticks(layers, _layer_names(n_hidden), rotation=90 if n_hidden > 16 else 0)
         ax.set_xlabel("Layer")
     fig.suptitle(f"Hidden states of token {token_label!r} (index {token_index})")
+    fig.tight_layout()
     return fig

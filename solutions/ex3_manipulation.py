@@ -234,7 +234,7 @@ def plot_scaling_experiment(values, clean_value):
     """
     values = [float(v) for v in values]
     blocks = list(range(len(values)))
-    fig, ax = plt.subplots(figsize=(9, 3), layout="constrained")
+    fig, ax = plt.subplots(figsize=(9, 3))
     ax.plot(blocks, values, "o", markersize=8, label="one block's output scaled")
     ax.axhline(clean_value, linestyle="--", color="gray", label=f"clean: {clean_value:.3f}")
     ax.set_xticks(blocks)
@@ -242,4 +242,5 @@ def plot_scaling_experiment(values, clean_value):
     ax.set_ylabel("Log softmax")
     ax.set_title("Log softmax of the target token when one block's output is scaled")
     ax.legend()
+    fig.tight_layout()
     return fig

@@ -217,7 +217,7 @@ def plot_estimate_against_exact(exact, estimate, tokens, k=5):
     exact = torch.as_tensor(exact).detach().double().cpu()
     estimate = torch.as_tensor(estimate).detach().double().cpu()
     summary = compare_estimates(exact, estimate, k=k)
-    fig, ax = plt.subplots(figsize=(6, 6), layout="constrained")
+    fig, ax = plt.subplots(figsize=(6, 6))
     ax.scatter(exact.flatten().numpy(), estimate.flatten().numpy(), s=14, alpha=0.7)
     low = min(exact.min().item(), estimate.min().item())
     high = max(exact.max().item(), estimate.max().item())
@@ -229,4 +229,5 @@ def plot_estimate_against_exact(exact, estimate, tokens, k=5):
     ax.set_ylabel("Estimate (attribution patching)")
     ax.set_title(f"Attribution patching against the exact map (r = {summary['correlation']:.2f})")
     ax.legend(loc="upper left")
+    fig.tight_layout()
     return fig
