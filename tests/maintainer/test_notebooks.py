@@ -8,9 +8,10 @@ sources (``python grader.py notebooks --check``).
 
 Time: one kernel runs the notebooks one after another, each from a fresh start (an empty
 namespace, the notebook's own folder and settings): the kernel's imports and model loads, and its
-warm worker's, are paid once, not once per notebook. A second kernel would take a third off this
-file's time alone but cost about 8 CPU s more, and the suite's other worker keeps the second core
-busy anyway (:data:`KERNELS`; 2026-12-06: 46 s and 45 CPU s with one, 33 s and 54 with two).
+warm worker's, are paid once, not once per notebook. Two kernels sharing the notebooks took a
+quarter off this file's time alone but cost a third more CPU, and the suite's other worker keeps
+the second core busy anyway (2026-12-06 at 22:23, this file alone in turn with 1f68035's two
+kernels: 57.7 s and 56.2 CPU s against 44.4 s and 72.2 CPU s, medians of 2).
 The tiny GPT-2 runs every notebook whose figure does not need a trained model; exercise 3 runs on
 SmolLM2, the default model, as a learner sees it. A notebook whose exercise is not in the
 manifest yet is skipped.
@@ -19,10 +20,8 @@ manifest yet is skipped.
 from __future__ import annotations
 
 import os
-import queue
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -38,7 +37,6 @@ ROOT = Path(__file__).resolve().parents[2]
 #: nothing there reaches the model's weights).
 SOLUTION_MODELS = {"ex3": "smollm2"}
 DEFAULT_TEST_MODEL = "tiny-gpt2"
-KERNELS = 1
 CELL_TIMEOUT = 300
 
 #: A cell that calls a learner function: ``ex.tokenize(...)``, ``ex3.plot_scaling_experiment(...)``.
@@ -92,9 +90,10 @@ def _fresh_start(path: Path, impl: str):
     ]))
 
 
-def _execute_all(jobs, results) -> None:
-    """Run the notebooks of ``jobs`` (taken from a shared queue) one after another in one kernel,
-    each from a fresh start (:func:`_fresh_start`); put ``(notebook, seconds)`` in ``results``.
+def _execute_all(jobs: list[tuple[Path, str]]) -> dict:
+    """Run the notebooks of ``jobs`` (``(notebook, impl)``) one after another in one kernel,
+    each from a fresh start (:func:`_fresh_start`): ``{(notebook name, impl): (executed
+    notebook, seconds)}``.
 
     One kernel pays the imports and the model loads once for all its notebooks (about 4 s each
     time in a fresh kernel); the check cell grades each exercise in a child process of its own,
@@ -106,13 +105,10 @@ def _execute_all(jobs, results) -> None:
     client = NotebookClient(nbformat.v4.new_notebook(), timeout=CELL_TIMEOUT,
                             kernel_name="python3", allow_errors=True,
                             resources={"metadata": {"path": str(ROOT / "notebooks")}})
+    results = {}
     try:
         client.execute(env=_kernel_environment(), cleanup_kc=False)  # starts the kernel
-        while True:
-            try:
-                path, impl = jobs.get_nowait()
-            except queue.Empty:
-                return
+        for path, impl in jobs:
             nb = nbformat.read(path, as_version=4)
             nb.cells.insert(0, _fresh_start(path, impl))
             client.nb = nb
@@ -122,6 +118,7 @@ def _execute_all(jobs, results) -> None:
             results[(path.name, impl)] = (nb, time.perf_counter() - started)
     finally:
         client._cleanup_kernel()
+    return results
 
 
 @pytest.fixture(scope="session")
@@ -129,16 +126,7 @@ def executed():
     """``{(notebook name, impl): (executed notebook, seconds)}`` for every runnable notebook."""
     pytest.importorskip("nbclient", reason="needs the kernel extra: pip install -e '.[kernel]'")
     pytest.importorskip("ipykernel", reason="needs the kernel extra: pip install -e '.[kernel]'")
-    # The longest runs (the solutions, with their full check) first: with more than one kernel
-    # (:data:`KERNELS`), the kernels then end together.
-    jobs = queue.Queue()
-    for job in [(p, impl) for impl in ("solutions", "exercises") for p in _runnable()]:
-        jobs.put(job)
-    results = {}
-    with ThreadPoolExecutor(KERNELS) as pool:
-        for done in [pool.submit(_execute_all, jobs, results) for _ in range(KERNELS)]:
-            done.result()
-    return results
+    return _execute_all([(p, impl) for impl in ("solutions", "exercises") for p in _runnable()])
 
 
 def _params():
