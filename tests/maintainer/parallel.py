@@ -3,11 +3,12 @@
 gives (``python grader.py cpus``), ``--dist loadscope --no-loadscope-reorder``.
 
 A file whose tests share a costly fixture (:data:`TOGETHER`: a sandboxed batch, the executed
-notebooks, a toy kata, the same-verdict runs, SmolLM2's patching map) is one unit of work, so that fixture is built once;
-so are the checks that read one pytest session of an exercise's catalogued entries
-(:func:`planted_batch`); every other test is a unit of its own and goes to whichever worker is
-free. Those files are handed out first, the slowest first, so that no worker is left with a long
-file at the end while the other waits.
+notebooks, a toy kata, the same-verdict runs, SmolLM2's patching map) is one unit of work, so
+that fixture is built once; so are the checks of one exercise's catalogued entries
+(:func:`planted_batch`: its batches of mistakes and variants, on both sides of the boundary,
+share the tests each of its functions reaches, found once per process); every other test is a
+unit of its own and goes to whichever worker is free. Those files are handed out first, the
+slowest first, so that no worker is left with a long file at the end while the other waits.
 (xdist's own ``xdist_group`` marks do not group under pytest 9: xdist rewrites a node id pytest
 no longer reads.)
 """
@@ -33,24 +34,22 @@ def together(nodeid: str) -> str | None:
     return str(path) if path.name in TOGETHER and path.parent.name == "maintainer" else None
 
 
-#: The checks that read the results of one pytest session of an exercise's catalogued entries
-#: (``planting.planted_results``): test -> (the batch, its boundary when the test's id does not
-#: end with it).
-PLANTED = {"test_mistakes.py::test_mistake_is_caught_and_named": ("mistakes", None),
-           "test_root_diagnoses.py::test_the_root_diagnosis_of_each_catalogued_mistake":
-               ("mistakes", "pytest"),
-           "test_variants.py::test_correct_variant_passes_every_test": ("variants", None)}
+#: The checks that read the results of a pytest session of an exercise's catalogued entries
+#: (``planting.planted_results``), parametrized by entry: ``[exN-...]``.
+PLANTED = {"test_mistakes.py::test_mistake_is_caught_and_named",
+           "test_root_diagnoses.py::test_the_root_diagnosis_of_each_catalogued_mistake",
+           "test_variants.py::test_correct_variant_passes_every_test"}
 
-#: Checks that read entries of one batch by name: test -> its batch's unit.
+#: Checks that read entries of one exercise's batch by name: test -> that exercise's unit.
 PLANTED_BY_NAME = {
     "test_root_diagnoses.py::test_the_report_ranks_the_hook_that_returns_nothing_under_its_root":
-        "planted:mistakes:ex3:pytest"}
+        "planted:ex3",
+    "test_planting.py::test_the_tests_left_out_change_no_verdict": "planted:ex7"}
 
 
 def planted_batch(nodeid: str) -> str | None:
-    """``"planted:<batch>:<exercise>:<boundary>"`` for a check that reads an exercise's batch of
-    planted entries, else None: ``test_mistakes.py``'s pytest checks and the root diagnoses read
-    the same batch."""
+    """``"planted:<exercise>"`` for a check that reads one of an exercise's batches of planted
+    entries, else None."""
     path, _, name = nodeid.partition("::")
     test, _, param = name.partition("[")
     key = f"{PurePosixPath(path).name}::{test}"
@@ -58,10 +57,7 @@ def planted_batch(nodeid: str) -> str | None:
         return PLANTED_BY_NAME[key]
     if key not in PLANTED or not param.startswith("ex"):
         return None
-    batch, boundary = PLANTED[key]
-    exercise = param.split("-", 1)[0]
-    boundary = boundary or param.rstrip("]").rsplit("-", 1)[-1]
-    return f"planted:{batch}:{exercise}:{boundary}"
+    return f"planted:{param.split('-', 1)[0]}"
 
 
 class SharedFixtureScheduling(LoadScopeScheduling):

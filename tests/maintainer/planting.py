@@ -12,13 +12,25 @@ the tests are collected once, then run once per entry, a *pass*, with that entry
 (``tests/maintainer/parallel.py`` keeps the checks of one exercise's batch on one xdist worker).
 A pass is a session's run of its own: a test's fixtures, a module's and the session's are all
 made afresh for it (the models stay loaded), and the planted module is new.
+
+A fast pass runs only the tests the entry's code can reach (:class:`Reach`): an entry that only
+replaces some of the exercise's functions (:func:`replaced_functions`) leaves every other test
+running the solution's own code, which passes; those tests' records are the solution's. A test
+reaches a function when, with that function alone a stub, it calls it, fails or is skipped: what
+fails with the stub is what reads the function's result, directly, through another function or
+through a result a test keeps for the next (``once_per_implementation``). The tests are
+independent (the kata puts hooks and process state back after each), so a test left out would
+have passed. ``KATA_PLANT_EVERY_TEST=1`` runs every test in every pass, to check that the cut
+changes no verdict (``test_planting.py`` checks it on exercise 7's mistakes).
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import importlib
 import json
+import os
 import textwrap
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -27,6 +39,7 @@ from pathlib import Path
 import pytest
 
 from kata.grading.records import Outcome, TestRecord
+from kata.impl import import_implementation
 from kata.manifest import load_manifest
 
 EXERCISES = {exercise.id: exercise for exercise in load_manifest()}
@@ -37,6 +50,60 @@ def defined_functions(code: str) -> set[str]:
     tree = ast.parse(textwrap.dedent(code))
     return {node.name for node in tree.body
             if isinstance(node, ast.FunctionDef) and not node.name.startswith("_")}
+
+
+def replaced_functions(code: str, exercise_id: str) -> frozenset[str] | None:
+    """The exercise's functions that a catalogued entry's ``code`` replaces, when that is all it
+    changes in the solution's module: its other statements are docstrings, and definitions,
+    imports and plain assignments of names the solution's code does not read (an import may bind
+    the very object the solution's own binds). None when it may change more (another statement,
+    a name the solution reads): every test must then run."""
+    exercise = EXERCISES[exercise_id]
+    module = vars(import_implementation(exercise, "solutions"))
+    replaced = set()
+    for node in ast.parse(textwrap.dedent(code)).body:
+        bound = _bound_names(node)
+        if bound is None:
+            return None
+        for name, value in bound.items():
+            if name in exercise.functions:
+                replaced.add(name)
+            elif name in module and not (value is not _UNKNOWN and module[name] is value):
+                return None
+            elif name not in module and hasattr(builtins, name):
+                return None
+    return frozenset(replaced)
+
+
+#: What a definition binds: a new object, never the one the solution's module holds.
+_UNKNOWN = object()
+
+
+def _bound_names(node: ast.stmt) -> dict[str, object] | None:
+    """The names a top-level statement binds, each with the object it binds when that is known
+    without running anything but an import, else ``_UNKNOWN``; None for any other statement."""
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+        return {}  # a docstring
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name: _UNKNOWN}
+    if isinstance(node, (ast.Assign, ast.AnnAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        plain = isinstance(node.value, (ast.Constant, ast.Name, ast.Attribute))
+        if plain and all(isinstance(target, ast.Name) for target in targets):
+            return {target.id: _UNKNOWN for target in targets}
+        return None
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        star = any(alias.name == "*" for alias in node.names)
+        if isinstance(node, ast.ImportFrom) and (node.level or star):
+            return None
+        names: dict = {}
+        try:
+            exec(compile(ast.Module([node], type_ignores=[]), "<planted import>", "exec"), names)
+        except Exception:  # noqa: BLE001 - an import that fails here changes what cannot be told
+            return None
+        names.pop("__builtins__", None)
+        return names
+    return None
 
 
 def catalogue(package: str, name: str) -> list:
@@ -81,11 +148,13 @@ class EveryEntry:
     ``passes`` is a generator: it resumes after its pass has run, so it may look at the watcher
     to choose the next pass (:func:`fast_first`). Each pass ends with every fixture torn down,
     the session's too (a watcher that passes over the tests after a first failure leaves them up).
+    With a :class:`Reach`, a fast pass runs only the tests its entry can reach.
     """
 
-    def __init__(self, passes: Iterator[Pass], directory: Path):
+    def __init__(self, passes: Iterator[Pass], directory: Path, reach: Reach | None = None):
         self.passes = passes
         self.directory = directory
+        self.reach = reach
 
     def patch_file(self, entry) -> Path:
         patch = self.directory / f"{entry.exercise}_{entry.id}.py"
@@ -99,6 +168,8 @@ class EveryEntry:
         for entry, selection, watcher in self.passes:
             config.option.kata_patch = [f"{entry.exercise}={self.patch_file(entry)}"]
             items = [item for item in session.items if selects(item, selection)]
+            if self.reach is not None and selection == FAST:
+                items = self.reach.tests_of(entry, items)
             config.pluginmanager.register(watcher)
             try:
                 for i, item in enumerate(items):
@@ -112,9 +183,12 @@ class EveryEntry:
 
 
 def run_passes(exercise_id: str, passes: Iterator[Pass], rootpath, directory: Path,
-               options=(), boundary: str = "pytest") -> None:
+               options=(), boundary: str = "pytest", cut: bool = True) -> None:
     """One pytest session of ``exercise_id``'s tests against the solutions, run by
-    :class:`EveryEntry`; ``options`` are further pytest arguments."""
+    :class:`EveryEntry`; ``options`` are further pytest arguments. With ``cut``, a fast pass runs
+    the tests its entry reaches (:func:`reach_of`), unless ``KATA_PLANT_EVERY_TEST=1``."""
+    every_test = os.environ.get("KATA_PLANT_EVERY_TEST") == "1"
+    reach = reach_of(exercise_id, rootpath, directory) if cut and not every_test else None
     pytest.main(
         [
             str(rootpath / EXERCISES[exercise_id].tests), "--impl", "solutions", *options,
@@ -124,8 +198,113 @@ def run_passes(exercise_id: str, passes: Iterator[Pass], rootpath, directory: Pa
             "-p", "no:logging",
             "--tb=native", "-o", "addopts=",
         ],
-        plugins=[EveryEntry(passes, directory)],
+        plugins=[EveryEntry(passes, directory, reach)],
     )
+
+
+# ----------------------------------------------------------------------------- reach
+
+
+@dataclass(frozen=True)
+class Stub:
+    """What the reach session plants: ``code`` is empty (the solution) or one function's stub."""
+
+    exercise: str
+    id: str
+    code: str
+
+
+#: One function replaced by a stub that says which test called it, then raises as an untouched
+#: stub of the exercises does.
+STUB = """
+from tests.maintainer.planting import stub_called as _kata_stub_called
+
+
+def {name}(*args, **kwargs):
+    _kata_stub_called()
+    raise NotImplementedError("{name} is a stub here, to find the tests that reach it")
+"""
+
+
+class StubWatcher:
+    """A pytest plugin object for a pass with one function a stub: the tests that call it, fail
+    in any phase or are skipped."""
+
+    def __init__(self):
+        self.reached: set[str] = set()
+        self.current = ""
+
+    def pytest_runtest_logstart(self, nodeid, location):
+        global _WATCHING
+        _WATCHING, self.current = self, nodeid
+
+    def pytest_runtest_logreport(self, report):
+        if not report.passed:
+            self.reached.add(report.nodeid)
+
+
+_WATCHING: StubWatcher | None = None
+
+
+def stub_called() -> None:
+    """Called by a stub (:data:`STUB`): the test running now reaches it, whatever it does with
+    the error."""
+    if _WATCHING is not None:
+        _WATCHING.reached.add(_WATCHING.current)
+
+
+@dataclass
+class Reach:
+    """For each of an exercise's functions, the fast tests that reach it (:class:`StubWatcher`),
+    and every fast test's record on the solutions, in order."""
+
+    by_function: dict[str, frozenset[str]]
+    solution: list[TestRecord]
+
+    def tests_of(self, entry, items: list) -> list:
+        """The ``items`` that ``entry``'s code can change: all of them unless it only replaces
+        some of the exercise's functions (:func:`replaced_functions`)."""
+        replaced = replaced_functions(entry.code, entry.exercise)
+        if not replaced:
+            return items
+        reached = set().union(*(self.by_function[name] for name in replaced))
+        return [item for item in items if item.nodeid in reached] or items
+
+    def completed(self, records: list[TestRecord]) -> list[TestRecord]:
+        """A fast pass's records with the solution's record for every test it did not run."""
+        ran = {record.nodeid: record for record in records}
+        if all(record.nodeid in ran for record in self.solution):
+            return records
+        return [ran.get(record.nodeid, record) for record in self.solution]
+
+
+#: Each exercise's :class:`Reach` in this process.
+_REACH: dict[str, Reach] = {}
+
+
+def reach_of(exercise_id: str, rootpath, directory: Path) -> Reach:
+    """``exercise_id``'s :class:`Reach`, made once per process by a pytest session of its own:
+    a fast pass on the solution, recorded, then one with each function a stub."""
+    if exercise_id not in _REACH:
+        folder = directory / "reach"
+        folder.mkdir(exist_ok=True)
+        record = folder / "records.jsonl"
+        solution: list[RecordedPass] = []
+        watchers: dict[str, StubWatcher] = {}
+
+        def passes() -> Iterator[Pass]:
+            solution.append(RecordedPass(record))
+            yield Stub(exercise_id, "solution", ""), FAST, solution[0]
+            for name in EXERCISES[exercise_id].functions:
+                watchers[name] = StubWatcher()
+                yield Stub(exercise_id, f"stub-{name}", STUB.format(name=name)), FAST, \
+                    watchers[name]
+
+        run_passes(exercise_id, passes(), rootpath, folder,
+                   ["-p", "kata.grading.recorder", f"--kata-record={record}"], cut=False)
+        _REACH[exercise_id] = Reach({name: frozenset(w.reached) for name, w in watchers.items()},
+                                    solution[0].records())
+    return _REACH[exercise_id]
 
 
 def fast_first(entries, watch: Callable[[], object], failed: Callable[[object], bool],
@@ -197,7 +376,9 @@ def recorded_runs(entries, rootpath, directory: Path) -> dict[str, PlantedRun]:
     exercise_id = entries[0].exercise
     run_passes(exercise_id, fast_first(entries, lambda: RecordedPass(record), failed, passes),
                rootpath, directory, ["-p", "kata.grading.recorder", f"--kata-record={record}"])
-    return {key: PlantedRun(watcher.records()) for key, watcher in passes.items()}
+    reach = _REACH.get(exercise_id)
+    return {key: PlantedRun(reach.completed(watcher.records()) if reach else watcher.records())
+            for key, watcher in passes.items()}
 
 
 #: Each batch's results in this process: (what, exercise, boundary) -> entry id -> result.

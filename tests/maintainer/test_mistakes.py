@@ -5,7 +5,8 @@ the mistake patched in (``--kata-patch``), and check that the *first* failing te
 the learner reads first) reports the catalogue's diagnosis id through ``kata.diagnosis`` -- a
 sentence about the learner's code, never a bare library exception. The runs happen in this
 process, one pytest session for all the mistakes of an exercise (``planting.EveryEntry``), so
-the session's models are loaded and the tests collected once for all of them.
+the session's models are loaded and the tests collected once for all of them; each runs the tests
+its functions reach (``planting.Reach``: the others run the solution's code and pass).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 the most failures, not the first test's symptom (issue 26, item 2).
 
 For each catalogued mistake (``tests/mistakes/``), every test of its exercise runs against the
-solutions with the mistake planted (the tiny-model tests: ``-m "not trained"``); the records are
+solutions with the mistake planted (the tiny-model tests: ``-m "not trained"``; a test the
+mistake's functions cannot reach keeps the solution's record, ``planting.Reach``); the records are
 built as the grader builds them, and :func:`kata.grading.results.root_failure` must name the
 catalogue's root (``Mistake.root_diagnosis``: its ``root`` when set, else its ``diagnosis``).
 Then a class made of those learners goes through the class report, whose "teach next" must rank

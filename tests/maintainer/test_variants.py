@@ -1,9 +1,10 @@
 """Every catalogued correct variant passes every test of its exercise: no false alarms.
 
 For each variant in ``tests/variants/exN.py``: run exercise N's tests against the solution with
-the variant planted (``--kata-patch``, the mechanism of ``test_mistakes.py``) and require that no
-test fails. A failure here is a false alarm in the exercise's tests (a check that demands one
-way of writing a correct answer): fix the test, not the variant, unless the variant is wrong.
+the variant planted (``--kata-patch``, the mechanism of ``test_mistakes.py``: the tests its
+functions reach, ``planting.Reach``) and require that no test fails. A failure here is a false
+alarm in the exercise's tests (a check that demands one way of writing a correct answer): fix the
+test, not the variant, unless the variant is wrong.
 The runs happen in this process, one pytest session for all the variants of an exercise
 (``planting.EveryEntry``), so the session's models are loaded once for all of them.
 """

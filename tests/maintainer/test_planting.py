@@ -1,0 +1,57 @@
+"""The catalogue's harness runs, for each planted entry, only the tests its code can reach
+(``tests/maintainer/planting.py``): what it may leave out, and that leaving it out changes no
+verdict."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.maintainer.planting import _REACH, catalogue, recorded_runs, replaced_functions
+
+pytestmark = pytest.mark.maintainer
+
+
+@pytest.mark.parametrize("code, replaced", [
+    ("def compare_estimates(exact, estimate, threshold=0.2, k=5):\n    return None\n",
+     {"compare_estimates"}),
+    ('"""A docstring."""\nimport torch\nimport torch.nn.functional as F\n'
+     "SCALE = 2.0\n\ndef _helper(x):\n    return x\n\n"
+     "def attribution_patching(model, clean_ids, corrupted_ids, good_id, bad_id):\n"
+     "    return _helper(None)\n", {"attribution_patching"}),
+], ids=["one-function", "imports-constants-helpers"])
+def test_an_entry_that_only_defines_replaces_the_functions_it_names(code, replaced):
+    assert replaced_functions(code, "ex7") == replaced
+
+
+@pytest.mark.parametrize("code, why", [
+    ("import torch\ntorch.manual_seed(0)\n", "a statement that changes the process"),
+    ("def _metric(logits, good_id, bad_id):\n    return 0.0\n", "a helper the solution calls"),
+    ("import numpy as torch\n", "another object under a name the solution reads"),
+    ("def len(x):\n    return 0\n", "a builtin the solution may call"),
+    ("SCALE = torch.ones(1)\n", "an assignment that runs code"),
+    ("from math import *\n", "names that cannot be told"),
+], ids=["statement", "solution-helper", "other-object", "builtin", "code-assigned", "star-import"])
+def test_an_entry_that_may_change_more_runs_every_test(code, why):
+    assert replaced_functions(code, "ex7") is None, why
+
+
+def test_the_tests_left_out_change_no_verdict(request, monkeypatch, tmp_path, capsys):
+    """Exercise 7's mistakes, with every test and with the tests each one reaches: the same
+    record for every test (the left-out ones keep the solution's). The grader's boundary leaves
+    out the same tests (``planting.EveryEntry``)."""
+    mistakes = [m for m in catalogue("mistakes", "MISTAKES") if m.exercise == "ex7"]
+    root = request.config.rootpath
+    seen = {}
+    for every_test in ("1", "0"):
+        monkeypatch.setenv("KATA_PLANT_EVERY_TEST", every_test)
+        folder = tmp_path / f"every-{every_test}"
+        folder.mkdir()
+        runs = recorded_runs(mistakes, root, folder)
+        seen[every_test] = {m.id: [(t.nodeid, t.outcome, t.diagnosis, t.message)
+                                   for t in runs[m.id].records] for m in mistakes}
+    capsys.readouterr()
+    reach = _REACH["ex7"]
+    assert any(len(tests) < len(reach.solution) for tests in reach.by_function.values()), \
+        "some function of exercise 7 reaches fewer than all its tests: the cut is tried"
+    changed = [key for key in seen["1"] if seen["1"][key] != seen["0"][key]]
+    assert not changed, f"leaving out the tests these mistakes cannot reach changed: {changed}"
