@@ -28,6 +28,11 @@ TOGETHER = ("test_sandbox.py", "test_notebooks.py", "test_class_grading.py", "te
             "test_learner_mode.py", "test_stubs_fail.py", "test_classroom_act.py")
 
 
+#: Files of long tests that are units of their own (20 to 40 s each in the suite), handed out
+#: right after :data:`TOGETHER`: left for the end, one keeps a worker busy while the other waits.
+LONG = ("test_secret_seeds.py", "test_figures.py")
+
+
 def together(nodeid: str) -> str | None:
     """The file of a test that must stay with the rest of its file, else None."""
     path = PurePosixPath(nodeid.split("::", 1)[0])
@@ -74,8 +79,15 @@ def pytest_xdist_make_scheduler(config, log):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """The files of :data:`TOGETHER` first, in its order; the rest as collected (a stable sort:
-    each file's own order is kept)."""
-    rank = {name: place for place, name in enumerate(TOGETHER)}
-    items.sort(key=lambda item: rank[PurePosixPath(file).name]
-               if (file := together(item.nodeid)) else len(TOGETHER))
+    """The files of :data:`TOGETHER` first, in its order, then those of :data:`LONG`, then the
+    exercises' catalogue checks (each a unit of 10 to 30 s), then the rest as collected, mostly
+    short tests that fill the end evenly (a stable sort: each file's own order is kept)."""
+    rank = {name: place for place, name in enumerate(TOGETHER + LONG)}
+
+    def place(item) -> int:
+        name = PurePosixPath(item.nodeid.split("::", 1)[0]).name
+        if together(item.nodeid) or name in LONG:
+            return rank[name]
+        return len(rank) + (planted_batch(item.nodeid) is None)
+
+    items.sort(key=place)
