@@ -263,7 +263,8 @@ class Reach:
 
     def tests_of(self, entry, items: list) -> list:
         """The ``items`` that ``entry``'s code can change: all of them unless it only replaces
-        some of the exercise's functions (:func:`replaced_functions`)."""
+        some of the exercise's functions (:func:`replaced_functions`), and all of them when no
+        fast test reaches those (the entry's check then reads what a full run gives)."""
         replaced = replaced_functions(entry.code, entry.exercise)
         if not replaced:
             return items
