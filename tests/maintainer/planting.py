@@ -18,9 +18,10 @@ replaces some of the exercise's functions (:func:`replaced_functions`) leaves ev
 running the solution's own code, which passes; those tests' records are the solution's. A test
 reaches a function when, with that function alone a stub, it calls it, fails or is skipped: what
 fails with the stub is what reads the function's result, directly, through another function or
-through a result a test keeps for the next (``once_per_implementation``). The tests are
-independent (the kata puts hooks and process state back after each), so a test left out would
-have passed. ``KATA_PLANT_EVERY_TEST=1`` runs every test in every pass, to check that the cut
+through a result a test keeps for the next (``once_per_implementation``). That rests on the
+tests being independent: the kata puts hooks and process state back after each, but not a
+session model's weights, so an entry whose code changed those in place would be seen only by
+the tests it reaches (no catalogued entry does). ``KATA_PLANT_EVERY_TEST=1`` runs every test in every pass, to check that the cut
 changes no verdict (``test_planting.py`` checks it on exercise 7's mistakes).
 """
 
