@@ -138,7 +138,7 @@ def batch(toy, tmp_path_factory):
         [sys.executable, str(toy / "grader.py"), "batch", *map(str, paths), "-j", "2",
          "--timeout", str(BATCH_TIMEOUT), "--memory-limit", str(BATCH_MEMORY_MB),
          "--csv", str(out / "grades.csv"), "--json", str(out / "grades.json"),
-         "--gradescope", str(out / "gradescope"),
+         "--gradescope", str(out / "gradescope"), "--report", str(out / "report.html"),
          "--lanes", "2"],  # two exercises at once in each submission's warm worker
         cwd=toy, capture_output=True, text=True, timeout=300)
     seconds = time.monotonic() - started
@@ -182,6 +182,18 @@ def test_each_kind_of_submission_gets_its_own_clear_status(batch, name, exercise
         assert words in text, f"{name} {exercise_id} ({kind}): {words!r} not in {text!r}"
     if kind in ("correct", "prints"):
         assert row.points == row.max_points
+
+
+def test_the_report_shows_the_numbers_of_the_batchs_json(batch):
+    """``--report`` on the real command line: every number of the class report, for a batch of
+    every kind of fault, is the number its grades.json gives."""
+    from tests.maintainer.test_class_grading import Page, check_report_against_json
+
+    page = Page((batch["out"] / "report.html").read_text(encoding="utf-8"))
+    data = batch["json"]["submissions"]
+    assert [s["name"] for s in data] == [name for name, *_ in _plan()] + ["does-not-exist"]
+    check_report_against_json(page, data)
+    assert RETURNS_NONE in {row["data-diagnosis"] for row in page.having("tr", "data-diagnosis")}
 
 
 def test_a_submission_cannot_change_which_tests_run_or_their_points(batch):
