@@ -102,9 +102,10 @@ def toy(tmp_path_factory) -> Path:
 
 
 def _submissions(toy: Path, folder: Path) -> list[Path]:
-    stubs = {e.id: "stub" for e in EXERCISES}
+    """Two submissions: the first is forked, then lost with the batch's worker; the second
+    finds no batch worker. Each is graded by a worker of its own (a cold start, the costly
+    part of this check: two show both paths)."""
     return [synthetic.make_submission(toy, folder / "correct", {}, EXERCISES, "exercises"),
-            synthetic.make_submission(toy, folder / "stubs", stubs, EXERCISES, "exercises"),
             synthetic.make_submission(toy, folder / "wrong", {EXERCISES[0].id: "wrong"},
                                       EXERCISES, "exercises")]
 
@@ -115,11 +116,10 @@ def _points(results) -> dict[str, tuple]:
 
 
 def _earned() -> dict[str, tuple]:
-    """What :func:`_submissions` earn: the correct one every point, the stubs none, the wrong
-    one every point but its first exercise's (where every function returns None)."""
+    """What :func:`_submissions` earn: the correct one every point, the wrong one every point
+    but its first exercise's (where every function returns None)."""
     full = tuple((e.id, Status.DONE, e.points) for e in EXERCISES)
-    return {"correct": full, "stubs": tuple((e.id, Status.NOT_STARTED, 0) for e in EXERCISES),
-            "wrong": ((EXERCISES[0].id, Status.FAILING, 0), *full[1:])}
+    return {"correct": full, "wrong": ((EXERCISES[0].id, Status.FAILING, 0), *full[1:])}
 
 
 def test_losing_the_batch_worker_costs_no_learner_a_point(toy, tmp_path, monkeypatch):
