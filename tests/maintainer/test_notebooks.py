@@ -19,6 +19,7 @@ manifest yet is skipped.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -93,7 +94,8 @@ def _fresh_start(path: Path, impl: str):
 def _execute_all(jobs: list[tuple[Path, str]]) -> dict:
     """Run the notebooks of ``jobs`` (``(notebook, impl)``) one after another in one kernel,
     each from a fresh start (:func:`_fresh_start`): ``{(notebook name, impl): (executed
-    notebook, seconds)}``.
+    notebook, seconds)}``, and under :data:`WORKERS` the cell that read what
+    :data:`COUNT_WORKERS` counted.
 
     One kernel pays the imports and the model loads once for all its notebooks (about 4 s each
     time in a fresh kernel); the check cell grades each exercise in a child process of its own,
@@ -105,9 +107,16 @@ def _execute_all(jobs: list[tuple[Path, str]]) -> dict:
     client = NotebookClient(nbformat.v4.new_notebook(), timeout=CELL_TIMEOUT,
                             kernel_name="python3", allow_errors=True,
                             resources={"metadata": {"path": str(ROOT / "notebooks")}})
+
+    def run(cell: str):
+        client.nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)])
+        client.execute(cleanup_kc=False)
+        return client.nb.cells[0]
+
     results = {}
     try:
         client.execute(env=_kernel_environment(), cleanup_kc=False)  # starts the kernel
+        run(COUNT_WORKERS)
         for path, impl in jobs:
             nb = nbformat.read(path, as_version=4)
             nb.cells.insert(0, _fresh_start(path, impl))
@@ -116,14 +125,39 @@ def _execute_all(jobs: list[tuple[Path, str]]) -> dict:
             client.execute(cleanup_kc=False)
             nb.cells.pop(0)
             results[(path.name, impl)] = (nb, time.perf_counter() - started)
+        results[WORKERS] = run(READ_WORKERS)
     finally:
         client._cleanup_kernel()
     return results
 
 
+#: Run in the kernel before the notebooks: count the warm workers the checks start and the
+#: children they get (forked from a warm worker, or started cold). Kept on the module, which
+#: the notebooks' ``%reset`` leaves alone.
+COUNT_WORKERS = """
+import kata.grading.batch_worker as _bw
+def _counting(counts, init, spawn):  # closures: the notebooks' %reset leaves them whole
+    def counted_init(self, *args, **kwargs):
+        counts["started"] += 1
+        init(self, *args, **kwargs)
+    def counted_spawn(self, *args, **kwargs):
+        child = spawn(self, *args, **kwargs)
+        counts["children"].append(type(child).__name__)
+        return child
+    return counted_init, counted_spawn
+_bw.maintainer_counts = {"started": 0, "children": []}
+_bw.BatchWorker.__init__, _bw.BatchWorker.spawn = _counting(
+    _bw.maintainer_counts, _bw.BatchWorker.__init__, _bw.BatchWorker.spawn)
+"""
+READ_WORKERS = ("import json, kata.grading.batch_worker as _bw\n"
+                "print('WORKERS', json.dumps(_bw.maintainer_counts))")
+WORKERS = ("kernel", "warm workers")
+
+
 @pytest.fixture(scope="session")
 def executed():
-    """``{(notebook name, impl): (executed notebook, seconds)}`` for every runnable notebook."""
+    """``{(notebook name, impl): (executed notebook, seconds)}`` for every runnable notebook,
+    and under :data:`WORKERS` the cell that read the kernel's warm workers afterwards."""
     pytest.importorskip("nbclient", reason="needs the kernel extra: pip install -e '.[kernel]'")
     pytest.importorskip("ipykernel", reason="needs the kernel extra: pip install -e '.[kernel]'")
     return _execute_all([(p, impl) for impl in ("solutions", "exercises") for p in _runnable()])
@@ -253,35 +287,48 @@ def test_check_result_shows_a_table(monkeypatch):
     assert result._repr_html_().startswith('<table class="kata-check">')
 
 
-def test_checks_after_the_first_are_forked_from_the_kernels_warm_worker(monkeypatch):
-    """The first check starts the kernel's warm worker; it and every later check in the same
-    environment run in a child forked from it, with the verdict a check gets. Another
-    KATA_MODEL keeps it (no test reads it: the notebooks of exercise 3 and 4 switch models);
-    another environment of the tests (another KATA_TORCH_THREADS) gets a worker of its own."""
-    from kata.grading.batch_worker import BatchWorker, ForkedWorker
+def test_checks_after_the_first_are_forked_from_the_kernels_warm_worker(executed):
+    """In the kernel that ran every notebook, the first check started the kernel's warm worker
+    and every check that ran the tests got a child forked from it: one worker for all of them,
+    although the notebooks switch KATA_MODEL (exercise 3 runs on SmolLM2), which no test reads."""
+    cell = executed[WORKERS]
+    text = "".join(_text(o) for o in cell.outputs)
+    match = re.search(r"^WORKERS (.+)$", text, re.M)
+    assert match, text[-2000:]
+    counts = json.loads(match.group(1))
+    solved = sum(1 for (name, impl) in executed if impl == "solutions")
+    assert counts == {"started": 1, "children": ["ForkedWorker"] * solved}, counts
 
-    forked = []
-    spawn = BatchWorker.spawn
 
-    def counted(self, args, error_log):
-        child = spawn(self, args, error_log)
-        forked.append(isinstance(child, ForkedWorker))
-        return child
+class _FakeWorker:
+    """A warm worker that starts no process: what :func:`kata.notebook._kernel_worker` decides."""
 
-    monkeypatch.setattr(BatchWorker, "spawn", counted)
-    monkeypatch.setenv("KATA_IMPL", "solutions")
+    def __init__(self, *args, **kwargs):
+        self.lost = False
+        self.closed = False
+
+    def close(self):
+        self.closed = True
+
+
+def test_another_tests_environment_or_a_lost_worker_gets_a_new_warm_worker(monkeypatch):
+    """Another KATA_MODEL keeps the kernel's warm worker; another environment of the tests
+    (another KATA_TORCH_THREADS) stops it and starts a new one, and so does a lost worker."""
+    from kata.grading import batch_worker
+
+    monkeypatch.setattr(batch_worker, "BatchWorker", _FakeWorker)
+    monkeypatch.setattr(kn, "_WORKER", None)
+    monkeypatch.setenv("KATA_TORCH_THREADS", "1")
     monkeypatch.setenv("KATA_MODEL", DEFAULT_TEST_MODEL)
     try:
-        first = kn.check(4)
-        worker = kn._WORKER.worker
-        second = kn.check(1)
-        assert first.done and second.done, (repr(first), repr(second))
-        assert kn._WORKER.worker is worker and forked == [True, True], forked
+        first, _ = kn._kernel_worker()
         monkeypatch.setenv("KATA_MODEL", "smollm2")
-        kn._kernel_worker()
-        assert kn._WORKER.worker is worker
+        assert kn._kernel_worker()[0] is first and not first.closed
         monkeypatch.setenv("KATA_TORCH_THREADS", "2")
-        kn._kernel_worker()
-        assert kn._WORKER.worker is not worker and worker.process.poll() is not None
+        second, _ = kn._kernel_worker()
+        assert second is not first and first.closed
+        second.lost = True
+        third, _ = kn._kernel_worker()
+        assert third is not second and second.closed
     finally:
         kn._stop_kernel_worker()
