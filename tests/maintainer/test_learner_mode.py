@@ -21,6 +21,15 @@ def run_pytest(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+def run_pytest_here(capsys, *args: str) -> tuple[int, str]:
+    """``pytest ... --impl exercises`` in this process (the exit code and what it printed): the
+    same session and output as a learner's, without importing torch and loading the models
+    again. The untouched stubs' screen is checked in a fresh process (:func:`ex1_on_stubs`)."""
+    capsys.readouterr()
+    code = pytest.main(["-p", "no:cacheprovider", "--impl", "exercises", *args])
+    return int(code), capsys.readouterr().out
+
+
 @pytest.fixture(scope="module")
 def ex1_on_stubs():
     return run_pytest(load_manifest()[0].tests)
@@ -42,24 +51,25 @@ def test_each_stub_function_is_one_line_and_the_next_step_is_named(ex1_on_stubs)
     )
 
 
-def test_kata_full_shows_the_tracebacks():
+def test_kata_full_shows_the_tracebacks(capsys):
     exercise = load_manifest()[0]
-    result = run_pytest(exercise.tests, "--kata-full", "-x", "-k", "tokenize")
-    assert result.returncode == 1
-    assert "NotImplementedError" in result.stdout and "not started:" not in result.stdout
+    code, out = run_pytest_here(capsys, exercise.tests, "--kata-full", "-x", "-k", "tokenize")
+    assert code == 1
+    assert "NotImplementedError" in out and "not started:" not in out
 
 
-def test_a_real_failure_is_shown_in_full_and_named_as_the_next_step(tmp_path):
+def test_a_real_failure_is_shown_in_full_and_named_as_the_next_step(tmp_path, capsys):
     exercise = load_manifest()[0]
     mistake = tmp_path / "mistake.py"
     mistake.write_text(
         "def tokenize(tokenizer, text):\n"
         "    return {'input_ids': [[1, 2, 3]]}\n"
     )
-    result = run_pytest(exercise.tests, f"--kata-patch={exercise.id}={mistake}", "-k", "tokenize")
-    assert result.returncode == 1
-    assert "FAILURES" in result.stdout
-    assert "next: fix the first failure above, tests/" in result.stdout
+    code, out = run_pytest_here(capsys, exercise.tests, f"--kata-patch={exercise.id}={mistake}",
+                                "-k", "tokenize")
+    assert code == 1
+    assert "FAILURES" in out
+    assert "next: fix the first failure above, tests/" in out
 
 
 def test_printed_commands_work_where_they_are_printed():
