@@ -224,16 +224,6 @@ def test_batch_grades_a_submission_and_writes_the_json(toy, tmp_path, capsys):
     assert "alice" in capsys.readouterr().out
 
 
-def test_figures_draws_with_the_solutions(tmp_path, capsys):
-    from kata.grading.figures import planned_figures
-
-    out = tmp_path / "figs"
-    code = cli.main(["figures", str(out), "--impl", "solutions", "--model", "tiny-gpt2"],
-                    root=REPO)
-    assert code == 0
-    assert sorted(p.name for p in out.iterdir()) == sorted(f.file for _, f in planned_figures())
-
-
 # --------------------------------------------------------------------------- one command line
 
 #: The modules under kata/ that parse arguments of their own, and why. Every other command is a

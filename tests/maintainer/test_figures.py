@@ -1,6 +1,9 @@
 """`grader.py figures`: tight figures, the reference beside yours, a contact sheet, legibility
 warnings measured from the rendered figure, and what each figure should show on the model."""
 
+import shutil
+from pathlib import Path
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -12,6 +15,8 @@ from kata.grading import figures  # noqa: E402
 from kata.manifest import EXPECTATION_MODELS, load_manifest  # noqa: E402
 
 pytestmark = pytest.mark.maintainer
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_overlapping_layer_names_are_flagged_with_the_fix():
@@ -93,20 +98,35 @@ def test_ticks_outside_the_view_are_not_counted():
     plt.close(fig)
 
 
-def test_the_reference_figures_and_a_contact_sheet_are_written(tmp_path, capsys, tiny_gpt2):
+def _kata_with_every_exercise_done(target: Path) -> Path:
+    """A copy of the kata whose ``exercises/`` hold the solutions: a learner who finished."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for folder in ("kata", "solutions"):
+        shutil.copytree(ROOT / folder, target / folder, ignore=ignore)
+    shutil.copytree(ROOT / "solutions", target / "exercises", ignore=ignore)
+    shutil.copy2(ROOT / "grader.py", target / "grader.py")
+    return target
+
+
+def test_the_figures_command_writes_each_figure_its_reference_and_a_contact_sheet(tmp_path,
+                                                                                  capfd):
+    """``grader.py figures DIR`` as a learner runs it once every exercise is done: the figures
+    child draws each planned figure, the reference solution's beside it and the contact sheet
+    of both, and finds every figure legible."""
+    from kata.grading import cli
+
+    root = _kata_with_every_exercise_done(tmp_path / "kata")
     out = tmp_path / "figs"
-    written = figures.draw_all(out, "solutions", "tiny-gpt2", set(), tiny_gpt2, reference=True)
+    assert cli.main(["figures", str(out), "--model", "tiny-gpt2"], root=root) == 0
     planned = figures.planned_figures()
-    assert written == len(planned)
-    for _, figure in planned:
-        assert (out / figure.file).is_file()
-        assert figures.reference_path(out / figure.file).is_file()
-    sheet = out / "contact_sheet.png"
-    assert sheet.is_file()
-    image = plt.imread(sheet)
+    written = {p.name for p in out.iterdir()}
+    assert written == {f.file for _, f in planned} | {
+        figures.reference_path(out / f.file).name for _, f in planned} | {"contact_sheet.png"}
+    image = plt.imread(out / "contact_sheet.png")
     pngs = sum(1 for _, f in planned if f.file.endswith(".png"))
     assert image.shape[0] > image.shape[1] * (pngs - 1) / 2 * 0.5, "one row per figure"
-    printed = capsys.readouterr().out
+    printed = capfd.readouterr().out
+    assert printed.count("reference beside it") == len(planned), printed[-2000:]
     assert "hard to read" not in printed, "the reference figures must be legible"
 
 
