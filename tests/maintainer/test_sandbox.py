@@ -853,44 +853,6 @@ def test_one_exercise_cannot_reach_the_next_in_the_warm_worker(batch):
     assert rows[FIRST.id].points < rows[FIRST.id].max_points  # its own tests saw what it did
 
 
-GS_DAEMON = r'''
-import json, os, time
-if os.fork() == 0:
-    os.setsid()
-    if os.fork() == 0:
-        for _ in range(600):  # wait for the grader's results.json, then rewrite it
-            for path in ("/autograder/results/results.json", os.environ.get("KATA_GS_RESULTS", "")):
-                if path and os.path.exists(path):
-                    with open(path, "w") as handle:
-                        json.dump({"score": 999, "tests": []}, handle)
-            time.sleep(0.1)
-        os._exit(0)
-    os._exit(0)
-'''
-
-
-@needs_sandbox
-def test_gradescope_grades_in_the_sandbox_too(tmp_path):
-    """Gradescope's run_autograder path: a daemon left by the stubs cannot rewrite results.json,
-    because the learner's code ran in the same sandbox as in `batch`, which dies with it."""
-    from kata.grading.gradescope import grade_for_gradescope
-
-    root = tmp_path / "autograder"
-    (root / "submission" / "exercises").mkdir(parents=True)
-    (root / "source").symlink_to(REPO)
-    stub = (REPO / EXERCISE.source("exercises")).read_text()
-    (root / "submission" / "exercises" / f"{EXERCISE.module}.py").write_text(stub + GS_DAEMON)
-    os.environ["KATA_GS_RESULTS"] = str(root / "results" / "results.json")
-    try:
-        result = grade_for_gradescope(root, [EXERCISE.id], timeout=60)
-    finally:
-        os.environ.pop("KATA_GS_RESULTS", None)
-    assert result is not None and "processes" in result.environment["sandbox"]
-    time.sleep(2)  # a daemon, had it survived, would have rewritten the file by now
-    data = json.loads((root / "results" / "results.json").read_text())
-    assert data["score"] == 0, data["score"]
-
-
 # --------------------------------------------------------------------------- the warm parent
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0,
