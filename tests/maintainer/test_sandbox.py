@@ -840,7 +840,6 @@ def test_a_machine_fault_behind_a_wrong_map_is_not_swallowed():
 
 
 @needs_sandbox
-@needs_sandbox
 def test_one_exercise_cannot_reach_the_next_in_the_warm_worker(batch):
     """The warm worker forks each exercise from a clean process: the "next" submission's ex1
     sets float64, a global module hook, halves the session model's weights and starts a daemon
