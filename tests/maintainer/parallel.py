@@ -43,13 +43,13 @@ def together(nodeid: str) -> str | None:
 #: (``planting.planted_results``), parametrized by entry: ``[exN-...]``.
 PLANTED = {"test_mistakes.py::test_mistake_is_caught_and_named",
            "test_root_diagnoses.py::test_the_root_diagnosis_of_each_catalogued_mistake",
-           "test_variants.py::test_correct_variant_passes_every_test"}
+           "test_variants.py::test_correct_variant_passes_every_test",
+           "test_planting.py::test_the_tests_left_out_change_no_verdict"}
 
 #: Checks that read entries of one exercise's batch by name: test -> that exercise's unit.
 PLANTED_BY_NAME = {
     "test_root_diagnoses.py::test_the_report_ranks_the_hook_that_returns_nothing_under_its_root":
-        "planted:ex3",
-    "test_planting.py::test_the_tests_left_out_change_no_verdict": "planted:ex7"}
+        "planted:ex3"}
 
 
 def planted_batch(nodeid: str) -> str | None:

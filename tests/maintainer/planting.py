@@ -13,9 +13,10 @@ the tests are collected once, then run once per entry, a *pass*, with that entry
 A pass is a session's run of its own: a test's fixtures, a module's and the session's are all
 made afresh for it (the models stay loaded), and the planted module is new.
 
-A fast pass runs only the tests the entry's code can reach (:class:`Reach`): an entry that only
-replaces some of the exercise's functions (:func:`replaced_functions`) leaves every other test
-running the solution's own code, which passes; those tests' records are the solution's. A test
+A pass runs only the fast tests the entry's code can reach (:class:`Reach`), and every test on a
+trained model it selects: an entry that only replaces some of the exercise's functions
+(:func:`replaced_functions`) leaves every other test running the solution's own code, which
+passes; those tests' records are the solution's. A test
 reaches a function when, with that function alone a stub, it calls it, fails or is skipped: what
 fails with the stub is what reads the function's result, directly, through another function or
 through a result a test keeps for the next (``once_per_implementation``). That rests on the
@@ -149,13 +150,15 @@ class EveryEntry:
     ``passes`` is a generator: it resumes after its pass has run, so it may look at the watcher
     to choose the next pass (:func:`fast_first`). Each pass ends with every fixture torn down,
     the session's too (a watcher that passes over the tests after a first failure leaves them up).
-    With a :class:`Reach`, a fast pass runs only the tests its entry can reach.
+    With a :class:`Reach`, a pass runs only the fast tests its entry can reach (and every test
+    on a trained model it selects). ``order`` is every collected test's node id, in order.
     """
 
     def __init__(self, passes: Iterator[Pass], directory: Path, reach: Reach | None = None):
         self.passes = passes
         self.directory = directory
         self.reach = reach
+        self.order: list[str] = []
 
     def patch_file(self, entry) -> Path:
         patch = self.directory / f"{entry.exercise}_{entry.id}.py"
@@ -166,10 +169,11 @@ class EveryEntry:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session):
         config = session.config
+        self.order = [item.nodeid for item in session.items]
         for entry, selection, watcher in self.passes:
             config.option.kata_patch = [f"{entry.exercise}={self.patch_file(entry)}"]
             items = [item for item in session.items if selects(item, selection)]
-            if self.reach is not None and selection == FAST:
+            if self.reach is not None:
                 items = self.reach.tests_of(entry, items)
             config.pluginmanager.register(watcher)
             try:
@@ -184,12 +188,14 @@ class EveryEntry:
 
 
 def run_passes(exercise_id: str, passes: Iterator[Pass], rootpath, directory: Path,
-               options=(), boundary: str = "pytest", cut: bool = True) -> None:
+               options=(), boundary: str = "pytest", cut: bool = True) -> list[str]:
     """One pytest session of ``exercise_id``'s tests against the solutions, run by
-    :class:`EveryEntry`; ``options`` are further pytest arguments. With ``cut``, a fast pass runs
-    the tests its entry reaches (:func:`reach_of`), unless ``KATA_PLANT_EVERY_TEST=1``."""
+    :class:`EveryEntry`; ``options`` are further pytest arguments. With ``cut``, a pass runs the
+    fast tests its entry reaches (:func:`reach_of`), unless ``KATA_PLANT_EVERY_TEST=1``.
+    Returns every collected test's node id, in order."""
     every_test = os.environ.get("KATA_PLANT_EVERY_TEST") == "1"
     reach = reach_of(exercise_id, rootpath, directory) if cut and not every_test else None
+    plugin = EveryEntry(passes, directory, reach)
     pytest.main(
         [
             str(rootpath / EXERCISES[exercise_id].tests), "--impl", "solutions", *options,
@@ -199,8 +205,9 @@ def run_passes(exercise_id: str, passes: Iterator[Pass], rootpath, directory: Pa
             "-p", "no:logging",
             "--tb=native", "-o", "addopts=",
         ],
-        plugins=[EveryEntry(passes, directory, reach)],
+        plugins=[plugin],
     )
+    return plugin.order
 
 
 # ----------------------------------------------------------------------------- reach
@@ -257,27 +264,34 @@ def stub_called() -> None:
 @dataclass
 class Reach:
     """For each of an exercise's functions, the fast tests that reach it (:class:`StubWatcher`),
-    and every fast test's record on the solutions, in order."""
+    every fast test's record on the solutions, and every collected test's node id, in order."""
 
     by_function: dict[str, frozenset[str]]
     solution: list[TestRecord]
+    order: list[str]
 
     def tests_of(self, entry, items: list) -> list:
-        """The ``items`` that ``entry``'s code can change: all of them unless it only replaces
-        some of the exercise's functions (:func:`replaced_functions`), and all of them when no
-        fast test reaches those (the entry's check then reads what a full run gives)."""
+        """The ``items`` that ``entry``'s code can change: the fast tests that reach the functions
+        it replaces and every test on a trained model (the reach session runs none of those).
+        All of them when it may change more (:func:`replaced_functions`), or when no fast test
+        reaches its functions (the entry's check then reads what a full run gives)."""
         replaced = replaced_functions(entry.code, entry.exercise)
         if not replaced:
             return items
         reached = set().union(*(self.by_function[name] for name in replaced))
-        return [item for item in items if item.nodeid in reached] or items
+        if not any(item.nodeid in reached for item in items):
+            return items
+        return [item for item in items if item.nodeid in reached or not selects(item, FAST)]
 
     def completed(self, records: list[TestRecord]) -> list[TestRecord]:
-        """A fast pass's records with the solution's record for every test it did not run."""
+        """A pass's records with the solution's record for every fast test it did not run, in the
+        order the tests were collected."""
         ran = {record.nodeid: record for record in records}
         if all(record.nodeid in ran for record in self.solution):
             return records
-        return [ran.get(record.nodeid, record) for record in self.solution]
+        solution = {record.nodeid: record for record in self.solution}
+        return [ran.get(nodeid) or solution[nodeid] for nodeid in self.order
+                if nodeid in ran or nodeid in solution]
 
 
 #: Each exercise's :class:`Reach` in this process.
@@ -302,10 +316,10 @@ def reach_of(exercise_id: str, rootpath, directory: Path) -> Reach:
                 yield Stub(exercise_id, f"stub-{name}", STUB.format(name=name)), FAST, \
                     watchers[name]
 
-        run_passes(exercise_id, passes(), rootpath, folder,
-                   ["-p", "kata.grading.recorder", f"--kata-record={record}"], cut=False)
+        order = run_passes(exercise_id, passes(), rootpath, folder,
+                           ["-p", "kata.grading.recorder", f"--kata-record={record}"], cut=False)
         _REACH[exercise_id] = Reach({name: frozenset(w.reached) for name, w in watchers.items()},
-                                    solution[0].records())
+                                    solution[0].records(), order)
     return _REACH[exercise_id]
 
 

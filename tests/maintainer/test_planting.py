@@ -35,11 +35,20 @@ def test_an_entry_that_may_change_more_runs_every_test(code, why):
     assert replaced_functions(code, "ex7") is None, why
 
 
-def test_the_tests_left_out_change_no_verdict(request, monkeypatch, tmp_path, capsys):
-    """Exercise 7's mistakes, with every test and with the tests each one reaches: the same
-    record for every test (the left-out ones keep the solution's). The grader's boundary leaves
-    out the same tests (``planting.EveryEntry``)."""
-    mistakes = [m for m in catalogue("mistakes", "MISTAKES") if m.exercise == "ex7"]
+#: The mistakes each check plants: all of exercise 7's (the fast passes' cut), and two of
+#: exercise 1's that only SmolLM2 shows (the cut of a pass that goes on to every test).
+LEFT_OUT_CASES = [("ex7", None), ("ex1", ("position-embeddings-assumed", "gpt2-config-names-only"))]
+
+
+@pytest.mark.parametrize("exercise, chosen", LEFT_OUT_CASES, ids=["ex7-fast", "ex1-trained"])
+def test_the_tests_left_out_change_no_verdict(exercise, chosen, request, monkeypatch, tmp_path,
+                                              capsys):
+    """Mistakes planted with every test and with the tests each one reaches: the same record
+    for every test (the left-out ones keep the solution's, in the order the tests were
+    collected). The grader's boundary leaves out the same tests (``planting.EveryEntry``)."""
+    mistakes = [m for m in catalogue("mistakes", "MISTAKES")
+                if m.exercise == exercise and (chosen is None or m.id in chosen)]
+    assert chosen is None or len(mistakes) == len(chosen), "a chosen mistake left the catalogue"
     root = request.config.rootpath
     seen = {}
     for every_test in ("1", "0"):
@@ -50,8 +59,12 @@ def test_the_tests_left_out_change_no_verdict(request, monkeypatch, tmp_path, ca
         seen[every_test] = {m.id: [(t.nodeid, t.outcome, t.diagnosis, t.message)
                                    for t in runs[m.id].records] for m in mistakes}
     capsys.readouterr()
-    reach = _REACH["ex7"]
+    reach = _REACH[exercise]
     assert any(len(tests) < len(reach.solution) for tests in reach.by_function.values()), \
-        "some function of exercise 7 reaches fewer than all its tests: the cut is tried"
+        f"some function of {exercise} reaches fewer than all its fast tests: the cut is tried"
+    if chosen:
+        fast = {record.nodeid for record in reach.solution}
+        assert all(any(nodeid not in fast for nodeid, *_ in seen["0"][key]) for key in chosen), \
+            "each chosen mistake passes the fast tests and goes on to the trained ones"
     changed = [key for key in seen["1"] if seen["1"][key] != seen["0"][key]]
     assert not changed, f"leaving out the tests these mistakes cannot reach changed: {changed}"
