@@ -16,14 +16,15 @@ made afresh for it (the models stay loaded), and the planted module is new.
 A pass runs only the fast tests the entry's code can reach (:class:`Reach`), and every test on a
 trained model it selects: an entry that only replaces some of the exercise's functions
 (:func:`replaced_functions`) leaves every other test running the solution's own code, which
-passes; those tests' records are the solution's. A test
-reaches a function when, with that function alone a stub, it calls it, fails or is skipped: what
-fails with the stub is what reads the function's result, directly, through another function or
-through a result a test keeps for the next (``once_per_implementation``). That rests on the
-tests being independent: the kata puts hooks and process state back after each, but not a
-session model's weights, so an entry whose code changed those in place would be seen only by
-the tests it reaches (no catalogued entry does). ``KATA_PLANT_EVERY_TEST=1`` runs every test in every pass, to check that the cut
-changes no verdict (``test_planting.py`` checks it on exercise 7's mistakes).
+passes; those tests' records are the solution's. A test reaches a function when, with that
+function alone a stub, it calls it, fails or is skipped: what fails with the stub is what reads
+the function's result, directly, through another function or through a result a test keeps for
+the next (``once_per_implementation``). That rests on the tests being independent: the kata
+puts hooks and process state back after each, but not a session model's weights, so an entry
+whose code changed those in place would be seen only by the tests it reaches (no catalogued
+entry does). ``KATA_PLANT_EVERY_TEST=1`` runs every test in every pass, to check that the cut
+changes no verdict (``test_planting.py`` checks it on exercise 7's mistakes, and on two of
+exercise 1's that go on to the trained tests).
 """
 
 from __future__ import annotations
@@ -290,7 +291,7 @@ class Reach:
         if all(record.nodeid in ran for record in self.solution):
             return records
         solution = {record.nodeid: record for record in self.solution}
-        return [ran.get(nodeid) or solution[nodeid] for nodeid in self.order
+        return [ran[nodeid] if nodeid in ran else solution[nodeid] for nodeid in self.order
                 if nodeid in ran or nodeid in solution]
 
 
