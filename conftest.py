@@ -1,2 +1,2 @@
-# The kata's pytest plugin: --impl switch, session model fixtures, hook hygiene (kata/pytest_plugin.py).
-pytest_plugins = ["kata.pytest_plugin"]
+# The kata's pytest plugin: --impl switch, session model fixtures, hook hygiene (course/shared/plugin.py).
+pytest_plugins = ["course.shared.plugin"]

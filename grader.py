@@ -2,15 +2,14 @@
 
 Learners grade and get hints (``status``, ``hint``, ``watch``, ``figures``, ``reset``, ``check``),
 instructors grade a class (``batch``, ``classroom``, ``gradescope-bundle``), maintainers
-regenerate what is generated (``stubs``, ``notebooks``, ``readme-table``). Run
-``python grader.py --help`` for every command, ``python grader.py COMMAND --help`` for its
-options; the commands are parsed in ``kata/grading/cli.py`` and done in ``kata/``.
+regenerate what is generated (``generate``). ``python grader.py --help`` lists every command;
+they are parsed in ``grading/views/cli.py``.
 """
 
 import sys
 from pathlib import Path
 
-from kata.grading.cli import main
+from grading.views.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(root=Path(__file__).resolve().parent))

@@ -94,11 +94,11 @@ case "$command" in
         setup dev,kernel
         extra dev,kernel
         # One pytest-xdist worker per CPU the machine gives (its cgroup quota), each torch on one
-        # thread; the files that share a costly fixture stay on one worker (tests/maintainer/parallel.py).
+        # thread; the files that share a costly fixture stay on one worker (tests/parallel.py).
         cpus="$("$VENV/bin/python" grader.py cpus)"
         parallel=()
         if [ "$cpus" -gt 1 ]; then
-            parallel=(-p tests.maintainer.parallel -n "$cpus" --dist loadscope --no-loadscope-reorder)
+            parallel=(-p tests.parallel -n "$cpus" --dist loadscope --no-loadscope-reorder)
             export KATA_TORCH_THREADS="${KATA_TORCH_THREADS:-1}"
         fi
         exec "$VENV/bin/python" -m pytest --impl solutions "${parallel[@]}" "$@"

@@ -3,13 +3,14 @@
     python benchmarks/make_submissions.py /tmp/submissions [--count 20]
     python grader.py batch /tmp/submissions/* -j 2 --csv grades.csv --json grades.json
 
-They are the reference solutions with one thing changed (see kata/grading/synthetic.py): some
+They are the reference solutions with one thing changed (see grading/core/synthetic.py): some
 correct in each layout the grader accepts (a copy of the repo, a folder holding exercises/, the
 bare files, a zip), some partly done, and one of every fault the grader must survive: an endless
 loop, sys.exit(), os._exit(), a segfault, a syntax error, an import error, a 6 GiB allocation,
-megabytes of prints, a hostile conftest.py / pytest.ini / tests/ / solutions/, an import of the
-solutions, a missing file. Faults go to different exercises in turn, whatever their number.
-With --count other than 20, the list is cut short or repeated (copies get a number).
+megabytes of prints, a hostile conftest.py / pytest.ini / course/ (its own tests, solutions and
+declarations), an import of the solutions, a missing file. Faults go to different exercises in
+turn, whatever their number. With --count other than 20, the list is cut short or repeated
+(copies get a number).
 What each exercise file is (its kind) goes to <folder>-EXPECTED.json beside the folder.
 """
 
@@ -22,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kata.grading import synthetic  # noqa: E402
-from kata.manifest import load_manifest  # noqa: E402
+from grading.core import synthetic  # noqa: E402
+from grading.core.declarations import load_exercises  # noqa: E402
 
 
 def plan(exercises):
@@ -68,7 +69,7 @@ def main(argv=None):
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    exercises = load_manifest()
+    exercises = load_exercises()
     submissions = plan(exercises)
     expected = {}
     for number in range(args.count):

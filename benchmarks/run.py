@@ -50,8 +50,8 @@ def scaling_rows(runs: int) -> list[tuple[str, str, str]]:
     import torch
 
     import kata
-    from solutions.ex3_manipulation import scaling_experiment
-    from solutions.ex4_fast_scaling import fast_scaling_experiment
+    from course.ex3_manipulation.solution import scaling_experiment
+    from course.ex4_fast_scaling.solution import fast_scaling_experiment
 
     model, tokenizer = kata.load_model("smollm2")
     ids = tokenizer(kata.KAFKA_TEXT, return_tensors="pt")["input_ids"]
@@ -116,8 +116,8 @@ def patching_rows(runs: int) -> list[tuple[str, str, str]]:
     import torch
 
     import kata
-    from solutions.ex6_activation_patching import fast_patching_effect, patching_effect
-    from solutions.ex7_attribution_patching import attribution_patching
+    from course.ex6_activation_patching.solution import fast_patching_effect, patching_effect
+    from course.ex7_attribution_patching.solution import attribution_patching
 
     model, tokenizer = kata.load_model("smollm2")
     clean = tokenizer(kata.CLEAN_PROMPT, return_tensors="pt")["input_ids"]
@@ -166,12 +166,12 @@ def patching_rows(runs: int) -> list[tuple[str, str, str]]:
 
 
 def exercise_rows(runs: int) -> list[tuple[str, str, str]]:
-    """A learner's ``pytest tests/test_exN_*.py`` on the solutions, beside the import floor:
+    """A learner's ``pytest course/exN_*`` on the solutions, beside the import floor:
     the two alternate, run after run, so both see the same load."""
-    from kata.manifest import load_manifest
+    from grading.core.declarations import load_exercises
 
     rows, floors, model_floors = [], [], []
-    for exercise in load_manifest():
+    for exercise in load_exercises():
         times = []
         for _ in range(runs):
             floors.append(timed_run(IMPORT_FLOOR)[0])
@@ -193,9 +193,9 @@ def exercise_rows(runs: int) -> list[tuple[str, str, str]]:
 WARM_RERUNS = """
 import statistics, sys
 from pathlib import Path
-from kata.grading.warm import rerun
-from kata.manifest import load_manifest
-for exercise in load_manifest():
+from grading.views.warm import rerun
+from grading.core.declarations import load_exercises
+for exercise in load_exercises():
     rerun(Path.cwd(), exercise, "solutions", quiet=True)  # warm-up: imports and model loads
     times = [rerun(Path.cwd(), exercise, "solutions", quiet=True)[1] for _ in range(int(sys.argv[1]))]
     print("WARM", exercise.tests, statistics.median(times))
@@ -227,7 +227,7 @@ def first_run_rows() -> list[tuple[str, str, str]]:
     cache = tempfile.mkdtemp(prefix="kata-cold-cache-")
     try:
         env = {**os.environ, "KATA_CACHE": cache}
-        seconds, code, _ = timed_run(PYTEST + ["tests/test_ex1_hidden_states.py"], env=env)
+        seconds, code, _ = timed_run(PYTEST + ["course/ex1_hidden_states/test_public.py"], env=env)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     return [("first run: ex1 tests with the SmolLM2 conversion (cold cache)", f"{seconds:.0f} s", "")]
@@ -309,7 +309,7 @@ def phase_breakdown(kept: Path) -> dict[str, float]:
                 phases[words[1]] = float(words[3])
             elif len(words) == 3 and words[0] == "kata-learner-cpu":
                 add(f"learner {words[1]}", float(words[2]))
-        if Path(path).name == "learner-zygote.err":  # kata/remote/zygote.py's own start
+        if Path(path).name == "learner-zygote.err":  # kata/serve/zygote.py's own start
             if "models" in phases:
                 add("learner warm parent's start, once per batch", phases["models"])
             continue
@@ -325,14 +325,18 @@ def phase_breakdown(kept: Path) -> dict[str, float]:
 def _in_place_copy(folder: Path) -> Path:
     """A copy of the kata whose exercises/ are the solutions: graded in place, tests and code in
     one process, as a learner's own `python grader.py` does."""
+    from grading.core.declarations import load_exercises
+    from grading.core.synthetic import make_submission
+
     copy = folder / "in-place"
-    for item in ("kata", "tests", "conftest.py", "pyproject.toml", "grader.py"):
+    for item in ("kata", "course", "grading", "conftest.py", "pyproject.toml", "grader.py"):
         source = ROOT / item
         if source.is_dir():
             shutil.copytree(source, copy / item, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(source, copy / item)
-    shutil.copytree(ROOT / "solutions", copy / "exercises")
+    make_submission(ROOT, copy, {}, load_exercises(), layout="exercises")
+    shutil.copy2(ROOT / "exercises" / "__init__.py", copy / "exercises" / "__init__.py")
     return copy
 
 
@@ -344,8 +348,11 @@ def sandbox_rows(runs: int = 3) -> list[tuple[str, str, str]]:
     folder = Path(tempfile.mkdtemp(prefix="kata-sandbox-bench-"))
     breakdown: dict[str, float] = {}
     try:
-        submission = folder / "correct"
-        shutil.copytree(ROOT / "solutions", submission / "exercises")
+        from grading.core.declarations import load_exercises
+        from grading.core.synthetic import make_submission
+
+        submission = make_submission(ROOT, folder / "correct", {}, load_exercises(),
+                                     layout="exercises")
         in_place = _in_place_copy(folder)
         commands = {
             "in one process": ([sys.executable, "grader.py"], in_place),

@@ -1,5 +1,5 @@
 # Your exercise file: replace each `raise NotImplementedError` with your code.
-# Generated from solutions/ex1_hidden_states.py by `python grader.py stubs`.
+# Generated from course/ex1_hidden_states/solution.py by `python grader.py generate`.
 # (Maintainers: edit the solution and regenerate, not this file.)
 """Exercise 1: extracting and inspecting hidden states.
 
@@ -39,10 +39,10 @@ import kata  # noqa: F401 - kata.blocks, kata.final_norm, kata.context_length
 
 
 def model_summary(model) -> dict:
-    """The model's size, read from ``model.config``.
+    """The model's size, read from its configuration.
 
-    ``model.config`` is the model's configuration: the numbers that fix its architecture, read from
-    the checkpoint (the post's figure 3 lists GPT-2's).
+    ``model.config`` holds the numbers that fix the model's architecture, read from the
+    checkpoint (the post's figure 3 lists GPT-2's).
 
     Returns ``{"n_layers", "d_model", "n_heads", "vocab_size"}``, all ints: the number of
     transformer blocks, the length of every token vector, the attention heads per block and the
@@ -63,15 +63,15 @@ def model_summary(model) -> dict:
 def tokenize(tokenizer, text: str):
     """Tokenize one text for the model, as the post does: by calling the tokenizer object itself.
 
-    Calling ``tokenizer(text, ...)`` gives a mapping (a ``BatchEncoding``) with the token ids and
-    the attention mask together; ``tokenizer.encode(text)`` would give only a plain list of ids.
+    Calling the tokenizer gives a mapping (a ``BatchEncoding``) with the token ids and the
+    attention mask together; its ``encode`` method would give only a plain list of ids.
 
     Returns a mapping with ``input_ids`` (the token indices) and ``attention_mask`` (all ones for a
     single text), both int64 tensors of shape (1, T). Raises ``ValueError`` for an empty text,
     which has no tokens to run.
 
     Hint: The tokenizer is callable: calling it gives the input_ids and the attention_mask
-    together; ask for PyTorch tensors with return_tensors="pt".
+    together, as PyTorch tensors when you ask for them.
 
     On the models: the penguin sentence is 10 tokens for GPT-2 and 11 for SmolLM2, whose tokenizer
     cuts the word Penguins in two (``" P"`` + ``"enguins"``).
@@ -87,19 +87,17 @@ def tokenize(tokenizer, text: str):
 def get_hidden_states(model, tokens) -> torch.Tensor:
     """All hidden states of one text, stacked into one tensor.
 
-    ``model(**tokens, output_hidden_states=True)`` returns, besides the logits, ``.hidden_states``:
-    a tuple of n_layers + 1 tensors, each (1, T, d_model). Stack them and drop the batch dimension
-    of size 1. Nothing here needs gradients, so run the model inside ``with torch.no_grad():``,
-    which keeps autograd from recording the forward pass.
+    The model can hand back, besides its logits, the hidden state after every stage: the
+    embedding layer first, then each block. Nothing here needs gradients, so autograd need not
+    record the forward pass.
 
     Returns a float32 CPU tensor of shape (n_layers + 1, T, d_model), detached from autograd: index
     0 is the embedding layer's output (the input of block 0), index i + 1 the output of block i,
     and the last one has the model's final norm applied. Raises ``ValueError`` when the text is
-    longer than ``kata.context_length(model)``: ``kata.one_sequence(tokens["input_ids"], model)``
-    makes that check and returns the ids as (1, T) on the model's device.
+    longer than the model's context (``kata.one_sequence`` checks it, the kata's one rule).
 
-    Hint: model(**tokens, output_hidden_states=True).hidden_states holds n_layers + 1 tensors of
-    shape (1, T, d_model); index 0 is the embedding layer.
+    Hint: Ask the model for its hidden states when you run it: they come as a tuple of
+    n_layers + 1 tensors of shape (1, T, d_model), and index 0 is the embedding layer.
 
     On the models: for the penguin sentence, (13, 10, 768) on GPT-2 and (31, 11, 576) on SmolLM2.
     On SmolLM2 the first token's vector grows far longer than the others (about 25,000 against
@@ -122,7 +120,7 @@ def embedding_layer_output(model, input_ids: torch.Tensor) -> torch.Tensor:
 
     Returns (T, d_model) for ``input_ids`` of shape (1, T), float32 on the CPU, equal to hidden
     state 0. Raises ``ValueError`` for a text longer than the model's context
-    (``kata.one_sequence(input_ids, model)`` checks it).
+    (``kata.one_sequence`` checks it).
 
     Hint: Hidden state 0 is the embedding layer: the token embeddings, plus position embeddings for
     GPT-2 only.
@@ -135,24 +133,19 @@ def embedding_layer_output(model, input_ids: torch.Tensor) -> torch.Tensor:
 def raw_last_block_output(model, tokens) -> torch.Tensor:
     """What the last transformer block outputs, before the model's final norm.
 
-    ``hidden_states[-1]`` is *not* this: the model applies its final norm
-    (``kata.final_norm(model)``) to the last block's output first. To see the block's own output,
-    catch it with a *forward hook*. A forward hook is a function you attach to a module, here the
-    block ``kata.blocks(model)[-1]``; PyTorch calls it right after the module runs, as
-    ``hook(module, inputs, output)``: the module itself, the tuple of its inputs, and what it
-    returned. ``handle = block.register_forward_hook(hook)`` attaches it and returns a handle;
-    ``handle.remove()`` detaches it. A hook stays on the model until it is removed, changing or
-    watching every later run, so remove it in a ``finally`` block: then it never outlives this
-    call, even when the forward pass fails. A block returns a tuple ``(hidden, ...)`` in older
-    transformers and a plain (1, T, d_model) tensor in newer ones: take ``output[0]`` only when the
-    output is a tuple (on a tensor, ``output[0]`` is the batch's first row).
+    The model's last hidden state is *not* this: the model applies its final norm
+    (``kata.final_norm``) to the last block's output first. To see the block's own output, catch
+    it with a *forward hook*: a function PyTorch calls right after a module runs, with the module,
+    its inputs and what it returned. A hook stays on the model until it is removed, changing or
+    watching every later run, so it must never outlive this call, not even when the forward pass
+    fails. A block returns a tuple ``(hidden, ...)`` in older transformers and a plain
+    (1, T, d_model) tensor in newer ones: your hook sees either.
 
     Returns (T, d_model), float32 on the CPU. Raises ``ValueError`` for a text longer than the
-    model's context (``kata.one_sequence(tokens["input_ids"], model)`` checks the token ids and
-    returns them as (1, T) on the model's device).
+    model's context (``kata.one_sequence`` checks it).
 
-    Hint: A forward hook is a function PyTorch calls after a module runs, hook(module, inputs,
-    output): attach one to the last block to catch what it outputs before the final norm.
+    Hint: Attach a forward hook to the last block (``kata.blocks``): PyTorch hands it the
+    block's output, before the final norm ever sees it.
 
     Post: Python demo 1 (hooks) and demo 2, "the hidden state of the last transformer includes a
     final normalization".
@@ -172,9 +165,8 @@ def activation_variance(hidden_states: torch.Tensor, token_index: int) -> torch.
     from the end, as in Python.
 
     Returns (n_layers + 1,): entry i is the variance of token ``token_index`` at layer i. Raises
-    ``IndexError`` naming the valid range (``-T..T-1``) when ``token_index`` is not a token:
-    ``kata.token_index(token_index, T)`` makes that check and returns the index as a position
-    ``0..T-1`` (a negative one counted from the end), the kata's one rule for positions.
+    ``IndexError`` naming the valid range (``-T..T-1``) when ``token_index`` is not a token
+    (``kata.token_index`` makes that check, the kata's one rule for positions).
 
     Hint: The variance is over one token's d_model numbers at each layer, not over the layers.
 
@@ -191,12 +183,11 @@ def plot_token_activations(hidden_states: torch.Tensor, token_index: int, token_
     """Figure 6: one token's activations at every layer, and their variance.
 
     ``hidden_states`` is (n_layers + 1, T, d_model); the post follows the token " cute"
-    (``kata.FIGURE6_TOKEN``; ``kata.figure6_token(labels)`` finds its index). Left: for each layer
-    i, the token's d_model activations as dots at x = i plus a small random jitter (less than 0.5,
-    so the layers stay apart), coloured by layer. Right: the token's activation variance at each
-    layer, as square markers. Both x axes have one tick per layer labelled "Emb", "L0", "L1", ...;
-    all axes are labelled and the title names the token. Make the panels with ``fig, (left, right)
-    = plt.subplots(1, 2, figsize=(12, 4))``; a tensor goes into matplotlib as ``tensor.numpy()``.
+    (``kata.FIGURE6_TOKEN``; ``kata.figure6_token`` finds its index). Left: for each layer i, the
+    token's d_model activations as dots at x = i plus a small random jitter (less than 0.5, so the
+    layers stay apart), coloured by layer. Right: the token's activation variance at each layer,
+    as square markers. Both x axes have one tick per layer labelled "Emb", "L0", "L1", ...; all
+    axes are labelled and the title names the token. Two panels side by side, 12 by 4 inches.
 
     Returns a matplotlib ``Figure`` with two axes. Raises ``IndexError`` when ``token_index`` is
     not a token.
@@ -205,7 +196,7 @@ def plot_token_activations(hidden_states: torch.Tensor, token_index: int, token_
     layer.
 
     On the models: GPT-2's 13 layer names fit side by side; SmolLM2's 31 do not, so stand them
-    upright (``ax.tick_params(axis="x", labelrotation=90)``) or label every 5th layer.
+    upright or label every 5th layer.
 
     Post: Python demo 1, figure 6.
     """

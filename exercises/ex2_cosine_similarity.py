@@ -1,5 +1,5 @@
 # Your exercise file: replace each `raise NotImplementedError` with your code.
-# Generated from solutions/ex2_cosine_similarity.py by `python grader.py stubs`.
+# Generated from course/ex2_cosine_similarity/solution.py by `python grader.py generate`.
 # (Maintainers: edit the solution and regenerate, not this file.)
 """Exercise 2: cosine similarities within and across layers.
 

@@ -1,5 +1,5 @@
 # Your exercise file: replace each `raise NotImplementedError` with your code.
-# Generated from solutions/ex3_manipulation.py by `python grader.py stubs`.
+# Generated from course/ex3_manipulation/solution.py by `python grader.py generate`.
 # (Maintainers: edit the solution and regenerate, not this file.)
 """Exercise 3: manipulating hidden states with a scaling hook.
 

@@ -1,5 +1,5 @@
 # Your exercise file: replace each `raise NotImplementedError` with your code.
-# Generated from solutions/ex4_fast_scaling.py by `python grader.py stubs`.
+# Generated from course/ex4_fast_scaling/solution.py by `python grader.py generate`.
 # (Maintainers: edit the solution and regenerate, not this file.)
 """Exercise 4 (bonus): the scaling experiment in one forward pass.
 

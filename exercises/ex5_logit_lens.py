@@ -1,5 +1,5 @@
 # Your exercise file: replace each `raise NotImplementedError` with your code.
-# Generated from solutions/ex5_logit_lens.py by `python grader.py stubs`.
+# Generated from course/ex5_logit_lens/solution.py by `python grader.py generate`.
 # (Maintainers: edit the solution and regenerate, not this file.)
 """Exercise 5: the logit lens: what each hidden state already predicts.
 

@@ -1,5 +1,5 @@
 # Your exercise file: replace each `raise NotImplementedError` with your code.
-# Generated from solutions/ex6_activation_patching.py by `python grader.py stubs`.
+# Generated from course/ex6_activation_patching/solution.py by `python grader.py generate`.
 # (Maintainers: edit the solution and regenerate, not this file.)
 """Exercise 6: activation patching: where the model keeps "Paris".
 

@@ -1,5 +1,5 @@
 # Your exercise file: replace each `raise NotImplementedError` with your code.
-# Generated from solutions/ex7_attribution_patching.py by `python grader.py stubs`.
+# Generated from course/ex7_attribution_patching/solution.py by `python grader.py generate`.
 # (Maintainers: edit the solution and regenerate, not this file.)
 """Exercise 7 (bonus): attribution patching: the one-pass estimate, and where it fails.
 

@@ -6,7 +6,7 @@
 
 from pathlib import Path as _Path
 
-from . import requirements as _requirements
+from kata import requirements as _requirements
 
 try:  # first, so that an unsupported version never surfaces as a traceback from deep inside
     _requirements.check()

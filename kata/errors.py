@@ -1,7 +1,7 @@
 """How the kata describes an exception of a learner's code: an import that fails, an untouched stub.
 
 Shared by the learner's own ``pytest`` (in one process) and the grader, where the learner's code
-runs in a sandbox (:mod:`kata.remote.server`) and these facts cross back as plain data: an
+runs in a sandbox (:mod:`kata.serve.server`) and these facts cross back as plain data: an
 exception rebuilt on the trusted side carries them as ``kata_stub`` and ``kata_where``.
 """
 

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from .requirements import SMOLLM2_PACKAGE  # its pin lives with the other versions
+from kata.requirements import SMOLLM2_PACKAGE  # its pin lives with the other versions
 
 DATA_DIR = Path(__file__).parent / "data"
 GPT2_BPE_DIR = DATA_DIR / "gpt2"
@@ -395,7 +395,7 @@ def _load_smollm2_first_blocks(n_blocks: int = FIRST_BLOCKS_KEPT):
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
-    from .architectures import blocks
+    from kata.architectures import blocks
 
     target = _converted_smollm2()
     level = hf_logging.get_verbosity()

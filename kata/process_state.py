@@ -3,7 +3,7 @@
 Default dtype, torch threads, grad mode, working folder, environment variables and torch's global
 module hooks: one exercise that changes any of them must not cost points in another that runs
 after it in the same process. The kata's pytest plugin restores them after every test, and so
-does the grader's learner-side server (:mod:`kata.remote.server`) between two tests.
+does the grader's learner-side server (:mod:`kata.serve.server`) between two tests.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 
 import torch
 
-from .hooks import GLOBAL_HOOK_DICTS, global_hook_tables
+from kata.hooks import GLOBAL_HOOK_DICTS, global_hook_tables
 
 
 def _environ() -> dict:

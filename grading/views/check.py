@@ -1,0 +1,50 @@
+"""One exercise's check: exit status 0 when it is done, 1 when it is not.
+
+This is what a pass/fail autograder step runs per exercise (a command grader gives the step its
+points when the command exits 0; the kata's own Classroom workflow gives partial credit per test
+instead, with :func:`grade_exercise` underneath, see :mod:`grading.views.classroom`)::
+
+    python grader.py check 2          # exercise 2 of the learner's exercises/
+
+It grades the learner's ``exercises/`` where they are, with the grader's runner (time limit,
+crash and memory handling), and prints the exercise's row, its first failure and a hint. It only
+needs the kata's ``kata/``, ``tests/`` and ``exercises/``: never ``solutions/``, so it runs in a
+template repository that does not ship them. Exit status 2: the command line was wrong (it is
+:mod:`grading.views.cli`'s).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from grading.core.declarations import load_exercises
+
+from grading.views import learner, reports
+from grading.core.records import SubmissionResult
+from grading.box.submissions import GradingOptions, grade_in_place, prepare_shared_model_cache
+
+#: Wall-clock seconds per exercise: generous, since a CI runner may be slow or busy.
+DEFAULT_TIMEOUT = 300.0
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def grade_exercise(number: int | str, root: Path | None = None, impl: str = "exercises",
+                   timeout: float = DEFAULT_TIMEOUT, memory_limit_mb: int = 0) -> SubmissionResult:
+    """Grade one exercise (``2``, ``"2"`` or ``"ex2"``) of ``root/impl`` in place."""
+    root = Path(root or ROOT)
+    exercise = learner.find_exercise(load_exercises(), str(number))
+    prepare_shared_model_cache()
+    options = GradingOptions(timeout=timeout, memory_limit_mb=memory_limit_mb)
+    return grade_in_place(root, [exercise], impl, options)
+
+
+def check_exercise(number: int | str, root: Path | None = None, impl: str = "exercises",
+                   timeout: float = DEFAULT_TIMEOUT, quiet: bool = False) -> int:
+    """Grade exercise ``number`` and return 0 when it is done, else 1; print where it stands."""
+    result = grade_exercise(number, root, impl, timeout)
+    row = result.exercises[0]
+    if not quiet:
+        print(reports.exercise_summary(result, learner.hint_levels(Path(root or ROOT)), impl))
+        sys.stdout.flush()
+    return 0 if row.done else 1

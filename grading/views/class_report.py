@@ -1,0 +1,719 @@
+"""The class report: one self-contained HTML page about a whole batch of submissions.
+
+``grader.py batch SUBMISSIONS... --report report.html`` writes it. The page needs nothing from
+the network and runs no script: styles are inline and every plot is an SVG drawn here. It reads
+top-down, the first screen first:
+
+* the summary numbers, then "teach next": the three most frequent *root* mistakes (per learner
+  and exercise, the diagnosis that explains the most failing tests, see
+  :func:`grading.core.results.root_failure`), each with how many learners made it and one
+  anonymised example message;
+* the learners, sorted by score (and, folded, by status and by name: no script needed), each
+  linking to the list of that learner's failures further down;
+* the score distribution (tenths of the main part's maximum, and a bin of its own for 100 %)
+  and the status counts of every exercise (stacked bars with their numbers, and the table);
+* every diagnosed mistake across the class (:mod:`course.shared.diagnosis` ids), roots and symptoms;
+* the pass rate of every test over the learners who reached it: tests that were skipped, never
+  ran (after a crash or a time-out), or met an untouched stub or a file that does not import
+  are counted apart, not as failures;
+* each learner's failures; a crash or an import error is one row, not one row per test.
+
+Like the JSON, it is rewritten (atomically, readable by the group) after every submission, so an
+interrupted batch still has a report of everything graded so far: :class:`ClassReport` does
+that. Every number shown is also carried by a ``data-*`` attribute, and the page embeds its
+figures as JSON (``<script type="application/json" id="class-data">``, data only, with ``<``,
+``>`` and ``&`` escaped: :func:`grading.core.sanitize.script_json`), so tests and scripts can
+read them back without scraping text.
+
+Everything a submission controls (its name, the messages its code raised) is escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from grading.core.declarations import Exercise
+
+from grading.core import sanitize
+from grading.core.records import ExerciseResult, Outcome, Status, SubmissionResult, TestRecord
+from grading.views.reports import write_text_atomically
+from grading.core.results import root_failure
+
+__all__ = ["ClassReport", "ClassSummary", "DiagnosisCount", "TestPassRate", "render_class_report",
+           "summarize_class", "write_class_report"]
+
+#: Score histogram: this many bins over [0, 100) % of the main part's maximum, then one more
+#: bin for exactly 100 %.
+SCORE_BINS = 10
+#: Longest message shown in full (learners' code can raise anything, of any length).
+MESSAGE_CHARS = 600
+#: How many root mistakes "teach next" lists.
+TEACH_NEXT = 3
+#: Colours of the statuses, in the order the stacked bars and tables list them.
+STATUS_COLOURS = {
+    Status.DONE: "#2e7d32", Status.IN_PROGRESS: "#9ccc65", Status.FAILING: "#ef6c00",
+    Status.NOT_STARTED: "#bdbdbd", Status.ERROR: "#c62828", Status.TIMED_OUT: "#6a1b9a",
+    Status.CRASHED: "#4e342e", Status.OUT_OF_MEMORY: "#ad1457", Status.MISSING: "#eeeeee",
+    Status.ENVIRONMENT_ERROR: "#1565c0",
+}
+#: The order of the learners table sorted by status: the most worrying first.
+STATUS_RANK = {status: rank for rank, status in enumerate((
+    Status.ENVIRONMENT_ERROR, Status.CRASHED, Status.TIMED_OUT,
+    Status.OUT_OF_MEMORY, Status.ERROR, Status.MISSING, Status.NOT_STARTED, Status.FAILING,
+    Status.IN_PROGRESS, Status.DONE))}
+
+
+# --------------------------------------------------------------------------- the numbers
+
+
+def reached(test: TestRecord) -> bool:
+    """Whether the learner's code reached this test: it ran (not skipped, not "not run") and
+    did not stop at an untouched stub or at a file that does not import."""
+    return (test.counted and test.outcome is not Outcome.NOT_RUN and not test.stub
+            and not test.import_error)
+
+
+@dataclass(frozen=True)
+class TestPassRate:
+    """How many of the learners who reached one test passed it; the others apart."""
+
+    __test__ = False  # not a pytest test class
+
+    nodeid: str
+    exercise: str | None
+    name: str
+    passed: int
+    ran: int  # learners who reached the test (see :func:`reached`)
+    skipped: int = 0
+    not_run: int = 0  # never ran: the test process crashed or timed out before it
+    not_started: int = 0  # stopped at an untouched stub, or the file does not import
+
+    @property
+    def rate(self) -> float:
+        return self.passed / self.ran if self.ran else 0.0
+
+
+@dataclass(frozen=True)
+class DiagnosisCount:
+    """One diagnosed mistake across the class."""
+
+    id: str
+    count: int  # failing tests that named it, over every learner
+    learners: int  # learners with at least one such failure
+    share: float  # learners / all learners
+    example: str  # one message, from the first learner who made it
+    exercises: tuple[str, ...]  # where it was diagnosed
+    roots: int = 0  # learners for whom it is the root mistake of an exercise
+
+
+@dataclass(frozen=True)
+class RootMistake:
+    """A root mistake (:func:`grading.core.results.root_failure`) and the learners who made it."""
+
+    id: str
+    learners: int
+    share: float
+    exercises: tuple[str, ...]
+    explained: int  # failing tests it explains, over those learners
+    example: str  # one message, anonymised
+
+
+@dataclass
+class ClassSummary:
+    """Everything the page shows, computed from the results alone."""
+
+    learners: int
+    max_points: float
+    mean_points: float
+    median_points: float
+    all_done: int
+    histogram: list[int]  # SCORE_BINS + 1 counts of main points as a share of the maximum
+    status_counts: dict[str, dict[str, int]]  # exercise id -> status value -> learners
+    tests: list[TestPassRate]  # hardest first; tests nobody reached last
+    diagnoses: list[DiagnosisCount]  # most frequent first
+    undiagnosed_failures: int  # failing tests that named no diagnosis (stubs not counted)
+    exercises: list[Exercise] = field(default_factory=list)
+    teach_next: list[RootMistake] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {
+            "learners": self.learners, "max_points": self.max_points,
+            "mean_points": self.mean_points, "median_points": self.median_points,
+            "all_done": self.all_done, "histogram": self.histogram,
+            "status_counts": self.status_counts,
+            "teach_next": [{"id": r.id, "learners": r.learners, "share": round(r.share, 4),
+                            "exercises": list(r.exercises), "explained": r.explained,
+                            "example": r.example} for r in self.teach_next],
+            "tests": [{"nodeid": t.nodeid, "exercise": t.exercise, "name": t.name,
+                       "passed": t.passed, "ran": t.ran, "rate": round(t.rate, 4),
+                       "skipped": t.skipped, "not_run": t.not_run,
+                       "not_started": t.not_started} for t in self.tests],
+            "diagnoses": [{"id": d.id, "count": d.count, "learners": d.learners,
+                           "share": round(d.share, 4), "example": d.example,
+                           "exercises": list(d.exercises), "roots": d.roots}
+                          for d in self.diagnoses],
+            "undiagnosed_failures": self.undiagnosed_failures,
+        }
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    return (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def score_bin(points: float, maximum: float, bins: int = SCORE_BINS) -> int:
+    """The histogram bin of a score: ``[0, 10) %`` is bin 0, ..., ``[90, 100) %`` bin 9, and the
+    full maximum bin 10 (``bins`` itself)."""
+    if maximum <= 0:
+        return 0
+    if points >= maximum - 1e-9:
+        return bins
+    return max(0, min(bins - 1, int(points / maximum * bins + 1e-9)))
+
+
+def _failures(result: SubmissionResult) -> list[tuple[str, TestRecord]]:
+    """(exercise id, record) of every counted test that did not pass."""
+    return [(row.exercise.id, t) for row in result.exercises for t in row.counted if not t.passed]
+
+
+def _real_failures(row: ExerciseResult) -> list[TestRecord]:
+    """The failing tests worth a row of their own: reached, not passed."""
+    return [t for t in row.counted if not t.passed and reached(t)]
+
+
+def _unfinished(result: SubmissionResult) -> bool:
+    """Whether the learner has something to see in the failures section."""
+    return any(not row.done for row in result.exercises) or bool(_failures(result))
+
+
+def _diagnosis(test: TestRecord) -> str | None:
+    """The test's diagnosis id, validated again here: a record is validated when it is read
+    (:class:`~grading.core.records.TestRecord`), and the summary must not depend on it."""
+    return sanitize.diagnosis_id(test.diagnosis)
+
+
+def anonymised(message, name: str) -> str:
+    """``message`` without the learner's name in it (paths may hold the submission's name)."""
+    message = sanitize.bounded(message)
+    if name and len(name) >= 3:
+        message = message.replace(name, "<learner>")
+    return message
+
+
+def summarize_class(results: Sequence[SubmissionResult],
+                    exercises: Sequence[Exercise]) -> ClassSummary:
+    """The class's numbers: what :func:`render_class_report` draws."""
+    exercises = list(exercises)
+    n = len(results)
+    maximum = results[0].max_points if results else float(
+        sum(e.points for e in exercises if not e.bonus))
+    main = [r.main_points for r in results]
+    histogram = [0] * (SCORE_BINS + 1)
+    for points in main:
+        histogram[score_bin(points, maximum)] += 1
+
+    status_counts = {e.id: {} for e in exercises}
+    for result in results:
+        for row in result.exercises:
+            counts = status_counts.setdefault(row.exercise.id, {})
+            counts[row.status.value] = counts.get(row.status.value, 0) + 1
+
+    order: dict[str, int] = {}
+    tally: dict[str, Counter] = {}
+    about: dict[str, tuple[str | None, str]] = {}
+    for result in results:
+        for row in result.exercises:
+            for test in row.tests:
+                order.setdefault(test.nodeid, len(order))
+                about.setdefault(test.nodeid, (test.exercise or row.exercise.id, test.name))
+                counts = tally.setdefault(test.nodeid, Counter())
+                if not test.counted:
+                    counts["skipped"] += 1
+                elif test.outcome is Outcome.NOT_RUN:
+                    counts["not_run"] += 1
+                elif not reached(test):
+                    counts["not_started"] += 1
+                else:
+                    counts["ran"] += 1
+                    counts["passed"] += test.passed
+    tests = [TestPassRate(nodeid, *about[nodeid], tally[nodeid]["passed"], tally[nodeid]["ran"],
+                          tally[nodeid]["skipped"], tally[nodeid]["not_run"],
+                          tally[nodeid]["not_started"]) for nodeid in order]
+    tests.sort(key=lambda t: (not t.ran, t.rate, -t.ran, order[t.nodeid]))
+
+    counts: Counter = Counter()
+    learners: dict[str, set[int]] = {}
+    examples: dict[str, str] = {}
+    where: dict[str, list[str]] = {}
+    undiagnosed = 0
+    root_learners: dict[str, set[int]] = {}
+    root_where: dict[str, list[str]] = {}
+    root_explained: Counter = Counter()
+    root_examples: dict[str, str] = {}
+    for index, result in enumerate(results):
+        for exercise_id, test in _failures(result):
+            diagnosis = _diagnosis(test)
+            if not diagnosis:
+                undiagnosed += reached(test)
+                continue
+            counts[diagnosis] += 1
+            learners.setdefault(diagnosis, set()).add(index)
+            examples.setdefault(diagnosis, anonymised(test.message, result.name))
+            places = where.setdefault(diagnosis, [])
+            if exercise_id not in places:
+                places.append(exercise_id)
+        for row in result.exercises:
+            root = root_failure(row)
+            if root is None:
+                continue
+            diagnosis = _diagnosis(root)
+            root_learners.setdefault(diagnosis, set()).add(index)
+            root_explained[diagnosis] += sum(_diagnosis(t) == diagnosis
+                                             for t in row.counted if not t.passed)
+            root_examples.setdefault(diagnosis, anonymised(root.message, result.name))
+            places = root_where.setdefault(diagnosis, [])
+            if row.exercise.id not in places:
+                places.append(row.exercise.id)
+    first_seen = {d: i for i, d in enumerate(examples)}
+    diagnoses = [DiagnosisCount(d, counts[d], len(learners[d]), len(learners[d]) / n if n else 0.0,
+                                examples[d], tuple(where[d]),
+                                len(root_learners.get(d, ()))) for d in counts]
+    diagnoses.sort(key=lambda d: (-d.learners, -d.count, first_seen[d.id]))
+    roots = [RootMistake(d, len(who), len(who) / n if n else 0.0, tuple(root_where[d]),
+                         root_explained[d], root_examples[d]) for d, who in root_learners.items()]
+    roots.sort(key=lambda r: (-r.learners, -r.explained, first_seen.get(r.id, 0)))
+
+    return ClassSummary(
+        learners=n, max_points=maximum,
+        mean_points=round(sum(main) / n, 2) if n else 0.0,
+        median_points=round(_median(main), 2), all_done=sum(r.all_done for r in results),
+        histogram=histogram, status_counts=status_counts, tests=tests, diagnoses=diagnoses,
+        undiagnosed_failures=undiagnosed, exercises=exercises, teach_next=roots[:TEACH_NEXT])
+
+# --------------------------------------------------------------------------- drawing
+
+
+def _e(value) -> str:
+    """Escaped for HTML, without control characters (invalid in HTML; a name may hold them)."""
+    return html.escape(sanitize.terminal(value), quote=True)
+
+
+def _n(value: float) -> str:
+    return f"{value:g}"
+
+
+def _short(text, limit: int = MESSAGE_CHARS) -> str:
+    text = sanitize.bounded(text).strip()
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def _bin_label(i: int, bins: int) -> str:
+    return "100%" if i == bins else f"{i * 100 // bins}%"
+
+
+def histogram_svg(histogram: Sequence[int], width: int = 560, height: int = 220) -> str:
+    """Bars of learners per tenth of the maximum score (the last bar: exactly 100 %), with
+    counts above them."""
+    left, right, top, bottom = 40, 10, 16, 36
+    plot_w, plot_h = width - left - right, height - top - bottom
+    tallest = max(max(histogram, default=0), 1)
+    bar_w = plot_w / len(histogram)
+    bins = len(histogram) - 1
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img" aria-label="score distribution" '
+             f'class="plot" id="score-histogram">',
+             f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>',
+             f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" '
+             'stroke="#333"/>',
+             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="#333"/>']
+    for tick in range(0, tallest + 1, max(1, tallest // 4)):
+        y = top + plot_h - plot_h * tick / tallest
+        parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" font-size="11" text-anchor="end">'
+                     f'{tick}</text>')
+    for i, count in enumerate(histogram):
+        h = plot_h * count / tallest
+        x = left + i * bar_w
+        colour = "#2e7d32" if i == bins else "#1976d2"
+        parts.append(f'<rect class="bin" data-bin="{i}" data-count="{count}" '
+                     f'data-label="{_bin_label(i, bins)}" x="{x + 2:.1f}" '
+                     f'y="{top + plot_h - h:.1f}" width="{bar_w - 4:.1f}" height="{h:.1f}" '
+                     f'fill="{colour}"/>')
+        if count:
+            parts.append(f'<text x="{x + bar_w / 2:.1f}" y="{top + plot_h - h - 3:.1f}" '
+                         f'font-size="11" text-anchor="middle">{count}</text>')
+        parts.append(f'<text x="{x + bar_w / 2:.1f}" y="{top + plot_h + 14}" font-size="10" '
+                     f'text-anchor="middle">{_bin_label(i, bins)}</text>')
+    parts.append(f'<text x="{left + plot_w / 2}" y="{height - 4}" font-size="11" '
+                 'text-anchor="middle">main points, share of the maximum (bin start; the last '
+                 'bin: full marks)</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def status_bars_svg(status_counts: dict[str, dict[str, int]], learners: int,
+                    width: int = 560) -> str:
+    """One stacked horizontal bar per exercise: how many learners stand at each status, with
+    the number written on every segment wide enough to hold it."""
+    row_h, left, top = 26, 60, 8
+    legend = [s for s in STATUS_COLOURS if any(s.value in c for c in status_counts.values())]
+    height = top + row_h * len(status_counts) + 22 * ((len(legend) + 3) // 4) + 8
+    plot_w = width - left - 10
+    dark = {Status.NOT_STARTED, Status.MISSING, Status.IN_PROGRESS}
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img" aria-label="status per exercise" '
+             f'class="plot" id="status-bars">',
+             f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>']
+    for row, (exercise_id, counts) in enumerate(status_counts.items()):
+        y = top + row * row_h
+        parts.append(f'<text x="{left - 8}" y="{y + 16}" font-size="12" text-anchor="end">'
+                     f'{_e(exercise_id)}</text>')
+        x = float(left)
+        for status in STATUS_COLOURS:
+            count = counts.get(status.value, 0)
+            if not count or not learners:
+                continue
+            w = plot_w * count / learners
+            parts.append(f'<rect class="segment" data-exercise="{_e(exercise_id)}" '
+                         f'data-status="{_e(status.value)}" data-count="{count}" '
+                         f'x="{x:.1f}" y="{y + 3}" width="{w:.1f}" height="{row_h - 6}" '
+                         f'fill="{STATUS_COLOURS[status]}" stroke="#fff">'
+                         f'<title>{_e(exercise_id)}: {count} {_e(status.value)}</title></rect>')
+            if w >= 8 * len(str(count)) + 4:
+                parts.append(f'<text x="{x + w / 2:.1f}" y="{y + 17}" font-size="11" '
+                             f'text-anchor="middle" fill="{"#000" if status in dark else "#fff"}"'
+                             f'>{count}</text>')
+            x += w
+    y = top + row_h * len(status_counts) + 6
+    for i, status in enumerate(legend):
+        lx, ly = left + (i % 4) * 125, y + (i // 4) * 22
+        parts.append(f'<rect x="{lx}" y="{ly}" width="12" height="12" '
+                     f'fill="{STATUS_COLOURS[status]}" stroke="#999"/>'
+                     f'<text x="{lx + 16}" y="{ly + 11}" font-size="11">{_e(status.value)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _rate_bar(rate: float) -> str:
+    colour = "#2e7d32" if rate >= 0.8 else "#f9a825" if rate >= 0.5 else "#c62828"
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="120" height="12" class="rate">'
+            f'<rect width="120" height="12" fill="#eee"/>'
+            f'<rect width="{120 * rate:.1f}" height="12" fill="{colour}"/></svg>')
+
+
+def learner_anchor(index: int, name: str) -> str:
+    """A unique, URL-safe anchor per learner (names may repeat after slugging)."""
+    slug = re.sub(r"[^A-Za-z0-9_-]+", "-", name).strip("-")[:40] or "learner"
+    return f"learner-{index + 1}-{slug}"
+
+
+STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 16px auto;
+       max-width: 1180px; color: #222; background: #fff; }
+h1 { font-size: 1.5em; margin: 0 0 0.1em; }
+h2 { margin: 1.1em 0 0.3em; border-bottom: 1px solid #ddd; font-size: 1.2em; }
+table { border-collapse: collapse; margin: 0.4em 0; font-size: 0.9em; }
+th, td { border: 1px solid #ddd; padding: 2px 7px; text-align: left; vertical-align: top; }
+th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.summary { margin: 0.3em 0; }
+.summary span { display: inline-block; margin-right: 1.6em; font-size: 1.05em; }
+.summary b { font-size: 1.3em; }
+.status { padding: 0 5px; border-radius: 3px; white-space: nowrap; }
+pre { white-space: pre-wrap; margin: 0; font-size: 0.88em; max-width: 640px; }
+.muted { color: #777; } .plots { display: flex; flex-wrap: wrap; gap: 24px; }
+td[data-exercise] { white-space: nowrap; }
+ol.teach { margin: 0.3em 0; padding-left: 1.6em; border-left: 6px solid #00838f; }
+ol.teach li { margin: 0.25em 0; }
+ol.teach pre { color: #444; max-width: 1000px; max-height: 2.6em; overflow: hidden; }
+details { margin: 0.3em 0; } summary { cursor: pointer; color: #1565c0; }
+"""
+
+
+def _status_cell(status: Status) -> str:
+    colour = STATUS_COLOURS.get(status, "#fff")
+    light = status in (Status.NOT_STARTED, Status.MISSING, Status.IN_PROGRESS)
+    return (f'<span class="status" style="background:{colour};color:'
+            f'{"#000" if light else "#fff"}">{_e(status.value)}</span>')
+
+
+def _overview(summary: ClassSummary) -> str:
+    return (f'<p class="summary" id="summary" data-learners="{summary.learners}" '
+            f'data-mean="{summary.mean_points}" data-median="{summary.median_points}" '
+            f'data-all-done="{summary.all_done}" data-max="{_n(summary.max_points)}">'
+            f"<span><b>{summary.learners}</b> learners</span>"
+            f"<span>mean <b>{_n(summary.mean_points)}</b>/{_n(summary.max_points)}</span>"
+            f"<span>median <b>{_n(summary.median_points)}</b></span>"
+            f"<span><b>{summary.all_done}</b> all done</span>"
+            f"<span><b>{summary.histogram[-1] if summary.histogram else 0}</b> full marks</span>"
+            "</p>")
+
+
+def _teach_next(summary: ClassSummary) -> str:
+    if not summary.teach_next:
+        return ('<p class="muted" id="teach-next">No diagnosed mistake yet: nothing to teach '
+                "again from the tests' diagnoses.</p>")
+    items = [f'<li data-diagnosis="{_e(r.id)}" data-learners="{r.learners}" '
+             f'data-share="{r.share:.4f}" data-explained="{r.explained}"><b><code>{_e(r.id)}'
+             f'</code></b> ({_e(", ".join(r.exercises))}): <b>{r.learners}</b> learner'
+             f'{"s" if r.learners != 1 else ""} ({r.share:.0%}), explaining {r.explained} '
+             f"failing test{'s' if r.explained != 1 else ''}. For example:"
+             f"<pre>{_e(_short(r.example, 240))}</pre></li>" for r in summary.teach_next]
+    return (f'<ol class="teach" id="teach-next">{"".join(items)}</ol>'
+            '<p class="muted">Root mistakes: per learner and exercise, the diagnosis that '
+            'explains the most failing tests (a symptom such as a wrong value further on is '
+            'not counted again). Every diagnosis is listed <a href="#diagnoses">below</a>.</p>')
+
+
+def _status_table(summary: ClassSummary) -> str:
+    statuses = [s for s in STATUS_COLOURS
+                if any(s.value in c for c in summary.status_counts.values())]
+    titles = {e.id: e.title for e in summary.exercises}
+    head = "".join(f"<th>{_status_cell(s)}</th>" for s in statuses)
+    rows = []
+    for exercise_id, counts in summary.status_counts.items():
+        cells = "".join(f'<td class="num" data-status="{_e(s.value)}">{counts.get(s.value, 0)}</td>'
+                        for s in statuses)
+        rows.append(f'<tr data-exercise="{_e(exercise_id)}"><td>{_e(exercise_id)} '
+                    f'{_e(titles.get(exercise_id, ""))}</td>{cells}</tr>')
+    return (f'<table id="status-table"><tr><th>exercise</th>{head}</tr>{"".join(rows)}</table>')
+
+
+def _tests_table(summary: ClassSummary) -> str:
+    rows = []
+    for t in summary.tests:
+        apart = ", ".join(f"{count} {label}" for count, label in (
+            (t.not_started, "not started"), (t.not_run, "not run"), (t.skipped, "skipped"))
+            if count)
+        rate = f"{t.rate:.0%}" if t.ran else "-"
+        rows.append(f'<tr data-nodeid="{_e(t.nodeid)}" data-passed="{t.passed}" '
+                    f'data-ran="{t.ran}" data-skipped="{t.skipped}" data-not-run="{t.not_run}" '
+                    f'data-not-started="{t.not_started}">'
+                    f"<td>{_e(t.exercise or '')}</td><td>{_e(t.name)}</td>"
+                    f'<td class="num">{t.passed}/{t.ran}</td><td class="num">{rate}</td>'
+                    f"<td>{_rate_bar(t.rate) if t.ran else ''}</td>"
+                    f'<td class="muted">{_e(apart)}</td></tr>')
+    if not rows:
+        return '<p class="muted">No test ran yet.</p>'
+    return ('<p class="muted">Over the learners whose code reached the test. Not counted, and '
+            'shown apart: untouched stubs and files that do not import ("not started"), tests '
+            'that never ran after a crash or a time-out, and skipped tests. Tests nobody reached '
+            'come last.</p>'
+            '<table id="tests-table"><tr><th>exercise</th><th>test</th><th>passed</th>'
+            f'<th>rate</th><th></th><th>not reached</th></tr>{"".join(rows)}</table>')
+
+
+def _diagnoses_table(summary: ClassSummary) -> str:
+    note = (f'<p class="muted">{summary.undiagnosed_failures} other failing test(s) named no '
+            "diagnosis; untouched stubs and tests that never ran are not counted.</p>")
+    if not summary.diagnoses:
+        return '<p class="muted" id="no-diagnoses">No diagnosed mistake yet.</p>' + note
+    rows = [f'<tr data-diagnosis="{_e(d.id)}" data-count="{d.count}" '
+            f'data-learners="{d.learners}" data-share="{d.share:.4f}" data-roots="{d.roots}">'
+            f"<td><code>{_e(d.id)}</code></td><td>{_e(', '.join(d.exercises))}</td>"
+            f'<td class="num">{d.count}</td><td class="num">{d.learners} ({d.share:.0%})</td>'
+            f'<td class="num">{d.roots}</td>'
+            f"<td><pre>{_e(_short(d.example))}</pre></td></tr>" for d in summary.diagnoses]
+    return ('<table id="diagnoses-table"><tr><th>diagnosis</th><th>exercise</th>'
+            '<th>failing tests</th><th>learners (share)</th><th>as the root</th>'
+            f'<th>example message</th></tr>{"".join(rows)}</table>' + note)
+
+
+def _failure_text(result: SubmissionResult) -> tuple[int, int]:
+    failures = sum(len(_real_failures(row)) for row in result.exercises)
+    unfinished = sum(not row.done for row in result.exercises)
+    return failures, unfinished
+
+
+def _learner_rows(results: Sequence[SubmissionResult], exercises: Sequence[Exercise],
+                  order: Sequence[int], primary: bool) -> str:
+    rows = []
+    for index in order:
+        result = results[index]
+        anchor = learner_anchor(index, result.name)
+        by_id = {r.exercise.id: r for r in result.exercises}
+        cells = "".join(
+            f'<td data-exercise="{_e(e.id)}" data-status="{_e(by_id[e.id].status.value)}">'
+            f"{_status_cell(by_id[e.id].status)} {_n(by_id[e.id].points)}</td>"
+            if e.id in by_id else "<td></td>" for e in exercises)
+        failures, unfinished = _failure_text(result)
+        text = (f"{failures} failing test{'s' if failures != 1 else ''}" if failures
+                else f"{unfinished} not done")
+        link = f'<a href="#{anchor}">{text}</a>' if _unfinished(result) else "none"
+        data = (f'class="learner" data-name="{_e(result.name)}" '
+                f'data-main="{_n(result.main_points)}" data-bonus="{_n(result.bonus_points)}" '
+                f'data-points="{_n(result.points)}" data-all-done="{result.all_done}"'
+                if primary else f'class="learner-alt" data-name="{_e(result.name)}"')
+        rows.append(f'<tr {data}><td>{_e(result.name)}</td><td class="num">'
+                    f'{_n(result.main_points)}/{_n(result.max_points)}</td><td class="num">'
+                    f'{_n(result.bonus_points)}</td>{cells}<td>{link}</td></tr>')
+    head = "".join(f"<th>{_e(e.id)}{' (bonus)' if e.bonus else ''}</th>" for e in exercises)
+    return (f'<tr><th>learner</th><th>main</th><th>bonus</th>{head}<th>failures</th></tr>'
+            + "".join(rows))
+
+
+def learner_orders(results: Sequence[SubmissionResult]) -> dict[str, list[int]]:
+    """Indexes of ``results`` in each order the page offers: by score (highest first), by
+    status (the most worrying first), by name."""
+    indexes = range(len(results))
+
+    def worst(result: SubmissionResult) -> tuple:
+        ranks = sorted(STATUS_RANK.get(r.status, 99) for r in result.exercises)
+        return (*ranks, result.main_points)
+
+    return {
+        "score": sorted(indexes, key=lambda i: (-results[i].main_points, -results[i].bonus_points,
+                                                results[i].name.lower(), i)),
+        "status": sorted(indexes, key=lambda i: (worst(results[i]), results[i].name.lower(), i)),
+        "name": sorted(indexes, key=lambda i: (results[i].name.lower(), i)),
+    }
+
+
+def _learners_table(results: Sequence[SubmissionResult], exercises: Sequence[Exercise]) -> str:
+    orders = learner_orders(results)
+    primary = (f'<table id="learners-table" data-order="score">'
+               f'{_learner_rows(results, exercises, orders["score"], True)}</table>')
+    others = "".join(
+        f'<details id="learners-by-{key}"><summary>the learners {label}</summary>'
+        f'<table data-order="{key}">{_learner_rows(results, exercises, orders[key], False)}'
+        "</table></details>"
+        for key, label in (("status", "by status, the most worrying first"),
+                           ("name", "by name")))
+    return ('<p class="muted">Highest main score first; the same table by status and by name '
+            f'is folded below it.</p>{primary}{others}')
+
+
+def _learner_sections(results: Sequence[SubmissionResult]) -> str:
+    sections = []
+    for index, result in enumerate(results):
+        if not _unfinished(result):
+            continue
+        anchor = learner_anchor(index, result.name)
+        items = []
+        for row in result.exercises:
+            failures = [t for t in row.counted if not t.passed]
+            if row.done and not failures:
+                continue
+            root = root_failure(row)
+            root_note = (f' <span class="muted">root mistake:</span> <code>'
+                         f'{_e(_diagnosis(root))}</code>' if root is not None else "")
+            items.append(f'<tr class="exercise-row" data-exercise="{_e(row.exercise.id)}">'
+                         f'<td>{_e(row.exercise.id)}</td><td colspan="3">'
+                         f"{_status_cell(row.status)} {_e(_short(row.message, 300))}"
+                         f"{root_note}</td></tr>")
+            stubs = [t for t in failures if t.stub]
+            not_run = [t for t in failures if t.outcome is Outcome.NOT_RUN]
+            broken = [t for t in failures if t.import_error and not t.stub]
+            for test in failures:
+                if not reached(test):
+                    continue
+                diagnosis = f"<code>{_e(_diagnosis(test))}</code>" if test.diagnosis else ""
+                items.append(f'<tr class="failure" data-nodeid="{_e(test.nodeid)}"><td></td>'
+                             f"<td>{_e(test.name)}<br><span class=\"muted\">"
+                             f"{_e(test.outcome.value)}</span></td><td>{diagnosis}</td>"
+                             f"<td><pre>{_e(_short(test.message))}</pre></td></tr>")
+            if stubs:  # one line for all the tests that reached an untouched stub
+                functions = list(dict.fromkeys(t.function or "?" for t in stubs))
+                items.append(f'<tr class="stubs" data-stubs="{len(stubs)}"><td></td>'
+                             f'<td colspan="3">{len(stubs)} test{"s" if len(stubs) != 1 else ""}'
+                             " reached untouched stubs: "
+                             f"{_e(', '.join(f + '()' for f in functions))}</td></tr>")
+            if broken:  # the file does not import: every test says so, once is enough
+                items.append(f'<tr class="not-imported" data-count="{len(broken)}"><td></td>'
+                             f'<td colspan="3">{len(broken)} test'
+                             f'{"s" if len(broken) != 1 else ""} could not import the file '
+                             "(the message above)</td></tr>")
+            if not_run:  # after a crash or a time-out: one line, not one per test
+                items.append(f'<tr class="not-run" data-not-run="{len(not_run)}"><td></td>'
+                             f'<td colspan="3">{len(not_run)} more test'
+                             f'{"s" if len(not_run) != 1 else ""} never ran ({_e(row.status)})'
+                             "</td></tr>")
+        sections.append(f'<section class="learner-failures" id="{anchor}" '
+                        f'data-name="{_e(result.name)}"><h3>{_e(result.name)}: '
+                        f'{_n(result.main_points)}/{_n(result.max_points)}</h3>'
+                        f'<table><tr><th>exercise</th><th>test</th><th>diagnosis</th>'
+                        f'<th>message</th></tr>{"".join(items)}</table>'
+                        '<p><a href="#learners">back to the learners</a></p></section>')
+    return "".join(sections) or '<p class="muted">Nobody has a failure.</p>'
+
+
+def render_class_report(results: Sequence[SubmissionResult], exercises: Sequence[Exercise],
+                        title: str = "Hidden-states kata: class report",
+                        expected: int | None = None) -> str:
+    """The whole page as a string. ``expected``: how many submissions the batch holds (the page
+    then says how many are graded so far)."""
+    results = list(results)
+    exercises = list(exercises)
+    summary = summarize_class(results, exercises)
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    progress = (f"{len(results)} of {expected} submissions graded"
+                if expected is not None and expected != len(results)
+                else f"{len(results)} submission{'s' if len(results) != 1 else ''} graded")
+    data = sanitize.script_json(summary.to_json())  # no "<", ">" or "&": nothing can close it
+    body = [
+        f"<h1>{_e(title)}</h1>",
+        f'<p class="muted" id="progress" data-graded="{len(results)}" '
+        f'data-expected="{expected if expected is not None else len(results)}">{_e(progress)}, '
+        f"{stamp}. Bonus points are extra credit, apart from the main part.</p>",
+        _overview(summary),
+        '<h2 id="teach">Teach next: the most frequent root mistakes</h2>',
+        _teach_next(summary),
+        '<h2 id="learners">Learners</h2>',
+        _learners_table(results, exercises),
+        '<h2 id="scores">Score distribution and status per exercise</h2><div class="plots">',
+        histogram_svg(summary.histogram),
+        status_bars_svg(summary.status_counts, summary.learners), "</div>",
+        _status_table(summary),
+        '<h2 id="diagnoses">Every diagnosed mistake</h2>',
+        _diagnoses_table(summary),
+        '<h2 id="tests">Pass rate of every test, over the learners who reached it</h2>',
+        _tests_table(summary),
+        '<h2 id="failures">Failures, learner by learner</h2>',
+        _learner_sections(results),
+    ]
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{_e(title)}</title><style>{STYLE}</style>"
+            f'<script type="application/json" id="class-data">{data}</script>'
+            f"</head><body>{''.join(body)}</body></html>\n")
+
+
+def write_class_report(results: Iterable[SubmissionResult], path: Path | str,
+                       exercises: Sequence[Exercise], expected: int | None = None) -> Path:
+    """Write the class report of ``results`` to ``path`` (atomically, readable by the group:
+    :func:`grading.views.reports.write_text_atomically`) and return the path."""
+    return write_text_atomically(Path(path), render_class_report(list(results), exercises,
+                                                                  expected=expected))
+
+
+class ClassReport:
+    """A class report rewritten after every submission: ``add(result)`` as each one finishes.
+
+    The page lists submissions in the order they finished; :meth:`finish` rewrites it in the
+    order given (the batch's order).
+    """
+
+    def __init__(self, path: Path | str, exercises: Sequence[Exercise],
+                 expected: int | None = None):
+        self.path = Path(path)
+        self.exercises = list(exercises)
+        self.expected = expected
+        self.results: list[SubmissionResult] = []
+        write_class_report(self.results, self.path, self.exercises, expected)
+
+    def add(self, result: SubmissionResult) -> None:
+        self.results.append(result)
+        write_class_report(self.results, self.path, self.exercises, self.expected)
+
+    def finish(self, results: Sequence[SubmissionResult] | None = None) -> None:
+        if results is not None:
+            self.results = list(results)
+        write_class_report(self.results, self.path, self.exercises, self.expected)

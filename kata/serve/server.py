@@ -1,0 +1,640 @@
+"""The learner's side of trusted grading: runs a submission's functions, and nothing else.
+
+``python -m kata.serve.server --channel ex1=10,11,ex1_hidden_states ...`` runs inside the
+submission's sandbox, which holds only the learner's exercise files and the learner-facing
+``kata`` (models, blocks, norms, validation, toys, this package): no tests, no reference
+computations, no solutions, no grading code. It
+
+1. imports torch, transformers and matplotlib and loads the session models once (the trusted
+   side's tests refer to them by name: ``tiny-gpt2``, ``smollm2``, ``smollm2-first-4-blocks``);
+2. forks one child per exercise; each child imports that exercise's file and answers the
+   trusted side's requests over its own two pipes (:mod:`kata.serve.channel`):
+
+   * ``hello``: the functions the file defines, or why it does not import;
+   * ``call``: run one function on the arguments sent (tensors, numbers, models by name, toy
+     modules by value, the test's own hooks as callbacks) and send back its result, the
+     tensors it changed in place, the hooks it left on the models, or the exception it raised
+     (type, message, the stub it reached, the line of the learner's code);
+   * ``reset``: after each test, remove every hook left on the models and restore the
+     process-wide state (dtype, grad mode, global module hooks...);
+3. caps each child's CPU time (``RLIMIT_CPU``): a child stuck in a loop dies on its own, and
+   the grader's deadline kills the whole sandbox anyway.
+
+On its standard error it says when each phase of its start ended and the CPU seconds it had used
+(``kata-learner-phase started|imports|models TIME CPU``), and how many CPU seconds each
+exercise's child used (``kata-learner-cpu EXERCISE CPU``): figures for the grader's benchmarks,
+never for a grade (the learner's code can write there too).
+
+Verdicts are never computed here: whatever this process sends is data the trusted side checks.
+
+It parses its own few arguments (:func:`main`) because only the grader starts it, inside the
+sandbox, which must stay import-light: the command line (:mod:`grading.views.cli`) would import
+``grading``, which the sandbox does not hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import math
+import os
+import pickle
+import resource
+import signal
+import sys
+import time
+import traceback
+import types
+from pathlib import Path
+
+from kata.models import SMOLLM2_FIRST_BLOCKS
+from kata.serve.channel import Peer
+from kata.serve.codec import Codec, FrameError, _blob_of
+
+#: Models the trusted side's session fixtures use, by name.
+SESSION_MODEL_NAMES = ("tiny-gpt2", "smollm2", SMOLLM2_FIRST_BLOCKS)
+MAX_MESSAGE_CHARS = 4000
+
+
+class MachineFault(Exception):
+    """A session model did not load here: the machine's fault, never the learner's (raised only
+    by the server's master, before it is ready, see :meth:`Models.preload`)."""
+
+
+class CallbackError(Exception):
+    """A hook of the trusted side's test raised; ``token`` names its exception there."""
+
+    def __init__(self, token: int, text: str):
+        super().__init__(text)
+        self.token = token
+
+
+# --------------------------------------------------------------------------- session models
+
+
+class Models:
+    """The session models, by name, and what each looked like before any learner code ran."""
+
+    def __init__(self):
+        self.loaded: dict[str, tuple] = {}  # name -> (model, tokenizer, clean hook snapshot)
+        self._index: dict[int, tuple[str, str]] = {}  # id(module) -> (name, path)
+        self._tokenizers: dict[int, str] = {}
+
+    def load(self, name: str) -> None:
+        if name in self.loaded:
+            return
+        try:
+            self._load(name)
+        except Exception as error:  # noqa: BLE001 - a broken cache or device
+            raise MachineFault(f"loading the model {name} in the grader's sandbox failed: "
+                               f"{type(error).__name__}: {error}"[:500]) from error
+
+    def _load(self, name: str) -> None:
+        import torch
+
+        from kata.hooks import hook_snapshot
+        from kata.models import load_model
+
+        model, tokenizer = load_model(name)
+        ids = tokenizer("Hello there", return_tensors="pt")["input_ids"].to(model.device)
+        with torch.no_grad():  # transformers 5 installs its own hooks on first use
+            model(ids, output_hidden_states=True)
+        self.loaded[name] = (model, tokenizer, hook_snapshot(model))
+        self._index.update({id(m): (name, path) for path, m in model.named_modules()})
+        self._tokenizers[id(tokenizer)] = name
+
+    def adopt(self, loaded: dict) -> None:
+        """Models this process already holds, as ``{name: (model, tokenizer, clean snapshot)}``
+        (a learner process forked from the trusted one, in the maintainers' checks)."""
+        for name, (model, tokenizer, clean) in loaded.items():
+            self.loaded[name] = (model, tokenizer, clean)
+            self._index.update({id(m): (name, path) for path, m in model.named_modules()})
+            self._tokenizers[id(tokenizer)] = name
+
+    def preload(self) -> None:
+        """Load every session model, before any learner file runs. A model that does not load
+        is the machine's fault, and only this moment can say so truthfully: the server then
+        stops before it says it is ready, and the grader reports a sandbox that did not start.
+        (Later, any reply from an exercise's child may be the learner's code speaking.)"""
+        for name in SESSION_MODEL_NAMES:
+            self.load(name)
+
+    def module(self, name: str, path: str):
+        if name not in SESSION_MODEL_NAMES:
+            raise FrameError(f"no session model {name[:40]!r}")
+        self.load(name)
+        try:
+            return self.loaded[name][0].get_submodule(path)
+        except AttributeError:
+            raise FrameError(f"the model {name} has no module {path[:80]!r}") from None
+
+    def tokenizer(self, name: str):
+        if name not in SESSION_MODEL_NAMES:
+            raise FrameError(f"no session model {name[:40]!r}")
+        self.load(name)
+        return self.loaded[name][1]
+
+    def where(self, module) -> tuple[str, str] | None:
+        return self._index.get(id(module))
+
+    def tokenizer_name(self, tokenizer) -> str | None:
+        return self._tokenizers.get(id(tokenizer))
+
+
+# --------------------------------------------------------------------------- one exercise
+
+
+class Exercise:
+    """One exercise's child: the learner's module and what a test gave it."""
+
+    def __init__(self, models: Models, module_name: str, root: Path,
+                 impl_dir: Path | None = None):
+        self.models = models
+        self.root = root
+        self.impl_dir = impl_dir or root / "exercises"
+        self.module_name = module_name
+        self.module = None
+        self.import_error: str | None = None
+        self.peer: Peer | None = None
+        self.values: dict[int, object] = {}  # oid -> a module the trusted side sent by value
+        self.value_paths: dict[int, tuple[int, str]] = {}
+        self.callables: dict[int, object] = {}  # cid -> a function the learner returned
+        self.touched: set = set()  # ("s", name) or ("v", oid): roots this test reached
+        from kata.process_state import process_state
+
+        self.baseline = process_state()
+
+    def import_module(self) -> None:
+        from kata.errors import import_error_sentence
+
+        source = f"exercises/{self.module_name}.py"
+        try:
+            self.module = importlib.import_module(f"exercises.{self.module_name}")
+        except (Exception, SystemExit) as error:  # noqa: BLE001 - the learner's file
+            self.import_error = import_error_sentence(source, error)
+
+    # -- requests --------------------------------------------------------------
+
+    def serve(self, message: dict, blobs: list) -> tuple[dict, list]:
+        """Answer one request; a request this side cannot answer gets a ``fault`` reply (the
+        trusted side treats it as what it is: the exercise cannot be graded further)."""
+        try:
+            return self._serve(message, blobs)
+        except FrameError as error:
+            return {"fault": str(error)[:500]}, []
+        except Exception as error:  # noqa: BLE001 - e.g. a value the trusted side sent that
+            # does not load here: the exercise cannot be graded further, the process goes on
+            return {"fault": f"{type(error).__name__}: {error}"[:500]}, []
+
+    def _serve(self, message: dict, blobs: list) -> tuple[dict, list]:
+        op = message.get("op")
+        if op == "hello":
+            return self.hello(), []
+        if op == "call":
+            return self.call(message, blobs)
+        if op == "reset":
+            return self.reset(), []
+        raise FrameError(f"an unknown request {str(op)[:40]!r}")
+
+    def hello(self) -> dict:
+        if self.module is None:
+            return {"import_error": self.import_error or "the file did not import"}
+        names = sorted(n for n, v in vars(self.module).items()
+                       if not n.startswith("_") and callable(v)
+                       and getattr(v, "__module__", None) == self.module.__name__)[:500]
+        return {"functions": names}
+
+    def call(self, message: dict, blobs: list) -> tuple[dict, list]:
+        decoder = SandboxCodec(self)
+        function = self._function(message)
+        args = decoder.decode(message.get("args", []), blobs)
+        kwargs = decoder.decode(message.get("kwargs", {"$d": []}), blobs)
+        if not isinstance(args, list) or not isinstance(kwargs, dict) \
+                or not all(isinstance(k, str) for k in kwargs):
+            raise FrameError("a call's arguments are not a list and a dict")
+        versions = [getattr(t, "_version", None) for t in decoder.table]
+        handles = self._instrument(message.get("instrument", []))
+        error = None
+        try:
+            result = function(*args, **kwargs)
+        except BaseException as raised:  # noqa: BLE001 - the learner's; it crosses as data
+            error, result = raised, None
+        finally:
+            for handle in handles:
+                handle.remove()
+        encoder = SandboxCodec(self, known={id(o): i for i, o in enumerate(decoder.table)})
+        reply: dict = {}
+        try:
+            reply["mutated"] = encoder.mutations(decoder.table, versions)
+            if error is None:
+                reply["result"] = encoder.encode(result)
+        except FrameError as too_big:
+            encoder = SandboxCodec(self)
+            error = ValueError(f"the value your function returned cannot be graded: {too_big}")
+            reply = {}
+        if error is not None:
+            reply["error"] = self.describe(error)
+        reply["hooks"] = self.leaked_hooks()
+        return reply, encoder.blobs
+
+    def _function(self, message: dict):
+        if "cid" in message:
+            function = self.callables.get(message["cid"]) if type(message["cid"]) is int else None
+            if function is None:
+                raise FrameError("a call to a function this test never got")
+            return function
+        name = message.get("fn")
+        if self.module is None or not isinstance(name, str):
+            raise FrameError("a call to no function")
+        function = getattr(self.module, name, None)
+        if function is None or name.startswith("_"):
+            return functools.partial(_no_such_function, self.module.__name__, name)
+        return function
+
+    def _instrument(self, specs) -> list:
+        """Register the test's own hooks (callbacks to the trusted side) for one call."""
+        handles = []
+        if not isinstance(specs, list):
+            raise FrameError("instrumentation that is not a list")
+        for spec in specs[:1000]:
+            if not isinstance(spec, dict) or type(spec.get("cb")) is not int:
+                raise FrameError("a hook of the test of no known form")
+            module = self._root_module(spec.get("root"), spec.get("path"))
+            hook = CallbackHook(self, spec["cb"])
+            if spec.get("kind") == "pre":
+                handles.append(module.register_forward_pre_hook(
+                    hook, with_kwargs=spec.get("kw") is True))
+            else:
+                handles.append(module.register_forward_hook(
+                    hook, with_kwargs=spec.get("kw") is True,
+                    always_call=spec.get("always") is True))
+        return handles
+
+    def _root_module(self, root, path):
+        if not isinstance(root, list) or len(root) != 2 or not isinstance(path, str):
+            raise FrameError("a module reference of no known form")
+        kind, key = root
+        if kind == "s" and isinstance(key, str):
+            self.touched.add(("s", key))
+            return self.models.module(key, path)
+        if kind == "v" and type(key) is int and key in self.values:
+            try:
+                return self.values[key].get_submodule(path)
+            except AttributeError:
+                raise FrameError("no such submodule") from None
+        raise FrameError("a module reference to nothing sent")
+
+    def leaked_hooks(self) -> list:
+        """``[[root, [[path, pre-hooks, hooks], ...], [parameters with a .grad]], ...]``: what
+        the learner's code left on the models it was given (hooks, gradients)."""
+        from kata.hooks import hook_snapshot
+
+        report = []
+        for kind, key in sorted(self.touched, key=repr):
+            if kind == "s":
+                model, _, clean = self.models.loaded[key]
+            else:
+                model, clean = self.values[key], {}
+            now = hook_snapshot(model)
+            left = []
+            for path, (pre, post) in now.items():
+                keep_pre, keep_post = clean.get(path, ((), ()))
+                module = model.get_submodule(path)
+                extra_pre = len([h for h in pre if h not in keep_pre
+                                 and not _library_hook(module._forward_pre_hooks[h])])
+                extra_post = len([h for h in post if h not in keep_post
+                                  and not _library_hook(module._forward_hooks[h])])
+                if extra_pre or extra_post:
+                    left.append([path, extra_pre, extra_post])
+            grads = [name for name, parameter in model.named_parameters()
+                     if parameter.grad is not None][:5000]
+            report.append([[kind, key], left[:1000], grads])
+        return report
+
+    def reset(self) -> dict:
+        """After a test: the models as they were, the process-wide state as it was."""
+        from kata.hooks import restore_hooks
+        from kata.process_state import restore_process_state
+
+        for model, _, clean in self.models.loaded.values():
+            restore_hooks(model, clean)
+            for parameter in model.parameters():
+                parameter.grad = None
+        removed = restore_process_state(self.baseline)
+        self.values.clear()
+        self.value_paths.clear()
+        self.callables.clear()
+        self.touched.clear()
+        try:
+            import matplotlib.pyplot as plt
+
+            plt.close("all")
+        except Exception:  # noqa: BLE001 - no figures to close
+            pass
+        return {"removed": removed[:50]}
+
+    # -- exceptions ------------------------------------------------------------
+
+    def describe(self, error: BaseException) -> dict:
+        from kata.errors import exception_chain, stub_reached
+
+        chain = []
+        for exc in list(exception_chain(error))[:8]:
+            try:
+                text = str(exc)
+            except Exception:  # noqa: BLE001
+                text = "<an error message that cannot be shown>"
+            plain_args = [a for a in exc.args if isinstance(a, (str, int, bool)) or a is None
+                          or (isinstance(a, float) and math.isfinite(a))][:4] \
+                if len(exc.args) <= 4 else []
+            if len(plain_args) != len(exc.args):
+                plain_args = [text]
+            chain.append({"types": [c.__name__ for c in type(exc).__mro__][:16],
+                          "module": type(exc).__module__,
+                          "args": [a[:MAX_MESSAGE_CHARS] if isinstance(a, str) else a
+                                   for a in plain_args],
+                          "text": text[:MAX_MESSAGE_CHARS],
+                          "token": exc.token if isinstance(exc, CallbackError) else None})
+        return {"chain": chain, "stub": stub_reached(error, self.impl_dir),
+                "where": self.where(error), "traceback": self.learner_traceback(error)}
+
+    def _own_frames(self, error):
+        prefix = str(self.impl_dir.resolve()) + os.sep
+        frames = traceback.extract_tb(error.__traceback__)
+        return [f for f in frames if os.path.abspath(f.filename).startswith(prefix)]
+
+    def where(self, error: BaseException) -> str:
+        from kata.errors import exception_chain
+
+        for exc in exception_chain(error):
+            frames = self._own_frames(exc)
+            if frames:
+                frame = frames[-1]
+                return (f"{self.impl_dir.name}/{Path(frame.filename).name}, line {frame.lineno}, "
+                        f"in {frame.name}")
+        return ""
+
+    def learner_traceback(self, error: BaseException) -> str:
+        lines = [f"  {self.impl_dir.name}/{Path(f.filename).name}, line {f.lineno}, in {f.name}: "
+                 f"{(f.line or '').strip()}" for f in self._own_frames(error)]
+        return "\n".join(lines[-12:])[:3000]
+
+
+def _library_hook(hook) -> bool:
+    """A hook transformers installs itself (to collect hidden states), not the learner's."""
+    return str(getattr(hook, "__module__", "") or "").startswith("transformers.")
+
+
+def _no_such_function(module: str, name: str, *args, **kwargs):
+    raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+
+class CallbackHook:
+    """Stands in, on the sandbox's model, for a hook the test registered on the trusted side."""
+
+    def __init__(self, exercise: Exercise, cb: int):
+        self.exercise, self.cb = exercise, cb
+
+    def __call__(self, *args, **kwargs):
+        return self.exercise.callback(self.cb, args, kwargs)
+
+
+def _callback(self: Exercise, cb: int, args, kwargs):
+    encoder = SandboxCodec(self)
+    header = {"op": "callback", "cb": cb, "args": encoder.encode(list(args)),
+              "kwargs": encoder.encode(dict(kwargs))}
+    reply, blobs = self.peer.request(header, encoder.blobs)
+    decoder = SandboxCodec(self, table=encoder.table)
+    decoder.apply_mutations(reply.get("mutated", []), blobs)
+    if "error" in reply:
+        error = reply["error"] if isinstance(reply["error"], dict) else {}
+        token = error.get("token") if type(error.get("token")) is int else -1
+        raise CallbackError(token, str(error.get("text", "a hook of the test raised"))[:500])
+    return decoder.decode(reply.get("result"), blobs)
+
+
+Exercise.callback = _callback
+
+
+class SandboxCodec(Codec):
+    """Values as the sandbox writes and reads them."""
+
+    def __init__(self, exercise: Exercise, **kwargs):
+        super().__init__(**kwargs)
+        self.exercise = exercise
+
+    def encode_object(self, value, depth: int):
+        import torch
+
+        exercise = self.exercise
+        if isinstance(value, torch.nn.Module):
+            where = exercise.models.where(value)
+            if where is not None:
+                return {"$obj": "module", "root": ["s", where[0]], "path": where[1]}
+            if id(value) in exercise.value_paths:
+                oid, path = exercise.value_paths[id(value)]
+                return {"$obj": "module", "root": ["v", oid], "path": path}
+            return self.opaque(value)
+        name = exercise.models.tokenizer_name(value)
+        if name is not None:
+            return {"$obj": "tokenizer", "root": name}
+        figure = _figure_of(value)
+        if figure is not None:
+            from kata.serve.figures import describe
+
+            data = self.encode(describe(figure[0]), depth + 1)
+            return {"$obj": "figure", "data": data, "axes": figure[1]}
+        if isinstance(value, (types.FunctionType, types.MethodType, functools.partial)) or (
+                callable(value) and not isinstance(value, type)
+                and type(value).__module__.startswith("exercises")):
+            cid = len(exercise.callables) + 1
+            exercise.callables[cid] = value
+            return {"$obj": "callable", "cid": cid,
+                    "name": str(getattr(value, "__qualname__", type(value).__name__))[:100]}
+        return None
+
+    def decode_object(self, kind: str, node: dict, blobs: list, depth: int):
+        exercise = self.exercise
+        if kind == "module":
+            module = exercise._root_module(node.get("root"), node.get("path"))
+            self.table.append(module)
+            return module
+        if kind == "value_module":
+            oid = node.get("oid")
+            if type(oid) is not int:
+                raise FrameError("a module sent by value with no id")
+            if node.get("blob") is not None:
+                raw = _blob_of(node["blob"], blobs)
+                from kata.compat import after_unpickling
+
+                module = after_unpickling(pickle.loads(raw))  # made by the trusted side only
+                exercise.values[oid] = module
+                exercise.value_paths.update(
+                    {id(m): (oid, path) for path, m in module.named_modules()})
+            if oid not in exercise.values:
+                raise FrameError("a module by value that was never sent")
+            exercise.touched.add(("v", oid))
+            module = exercise.values[oid]
+            self.table.append(module)
+            return module
+        if kind == "tokenizer":
+            return exercise.models.tokenizer(str(node.get("root")))
+        if kind == "value_tokenizer":
+            return pickle.loads(_blob_of(node.get("blob"), blobs))  # made by the trusted side
+        if kind == "callback":
+            if type(node.get("cb")) is not int:
+                raise FrameError("a callback with no id")
+            return CallbackHook(exercise, node["cb"])
+        if kind == "callable_ref":
+            function = exercise.callables.get(node.get("cid"))
+            if function is None:
+                raise FrameError("a reference to a function this test never got")
+            return function
+        return super().decode_object(kind, node, blobs, depth)
+
+
+def _figure_of(value):
+    """``(figure, axes index or None)`` for a matplotlib Figure or Axes, else None."""
+    try:
+        from matplotlib.axes import Axes
+        from matplotlib.figure import Figure
+    except ImportError:
+        return None
+    if isinstance(value, Figure):
+        return value, None
+    if isinstance(value, Axes) and value.figure is not None and value in value.figure.axes:
+        return value.figure, value.figure.axes.index(value)
+    return None
+
+
+# --------------------------------------------------------------------------- the process
+
+
+def _no_dumping() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
+    except Exception:  # noqa: BLE001 - not Linux
+        pass
+
+
+def _cap_cpu(seconds: int) -> None:
+    if seconds > 0:
+        resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 5))
+
+
+def _serve_exercise(models: Models, root: Path, module: str, read_fd: int, write_fd: int,
+                    cpu_seconds: int) -> int:
+    try:
+        with open("/proc/self/oom_score_adj", "w") as handle:
+            handle.write("500")  # the out-of-memory killer takes a child before the master
+    except OSError:
+        pass
+    _cap_cpu(cpu_seconds)
+    exercise = Exercise(models, module, root)
+    exercise.import_module()
+    exercise.peer = Peer(read_fd, write_fd, exercise.serve)
+    exercise.peer.serve_forever()
+    return 0
+
+
+def say_phase(name: str) -> None:
+    """When a phase of the start ended (wall clock) and the CPU seconds used so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    sys.stderr.write(f"kata-learner-phase {name} {time.time():.3f} "
+                     f"{usage.ru_utime + usage.ru_stime:.2f}\n")
+
+
+def load_session() -> Models:
+    """Import torch and matplotlib and load every session model, before any learner file runs
+    (:meth:`Models.preload`: a model that does not load raises :class:`MachineFault`)."""
+    import torch
+
+    if os.environ.get("KATA_TORCH_THREADS"):
+        torch.set_num_threads(int(os.environ["KATA_TORCH_THREADS"]))
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot  # noqa: F401
+
+    say_phase("imports")
+    models = Models()
+    models.preload()
+    say_phase("models")
+    return models
+
+
+def parse_channel(spec: str) -> tuple[str, int, int, str]:
+    """``EXERCISE=READ_FD,WRITE_FD,MODULE`` as ``(exercise, read_fd, write_fd, module)``."""
+    exercise_id, rest = spec.split("=", 1)
+    read_fd, write_fd, module = rest.split(",", 2)
+    return exercise_id, int(read_fd), int(write_fd), module
+
+
+def serve(models: Models, root: Path, channels: list[tuple[str, int, int, str]],
+          cpu_seconds: int) -> int:
+    """Say the server is ready, fork one child per exercise's channel (each imports its file and
+    answers on its pipes), and say how each ended. ``channels``: :func:`parse_channel`'s."""
+    sys.path.insert(0, str(root))
+    _no_dumping()
+    sys.stderr.write("kata-learner-ready\n")  # grading.box.runner.LEARNER_READY
+    sys.stderr.flush()
+    children = {}
+    for index, (exercise_id, read_fd, write_fd, module) in enumerate(channels):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                for other, (_, r, w, _) in enumerate(channels):
+                    if other != index:
+                        os.close(r)
+                        os.close(w)
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                code = _serve_exercise(models, root, module, read_fd, write_fd, cpu_seconds)
+            except BaseException:  # noqa: BLE001 - whatever the child did, it ends here
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        children[pid] = exercise_id
+    for _, read_fd, write_fd, _ in channels:
+        os.close(read_fd)
+        os.close(write_fd)
+    while children:  # say how each ended: the grader names a crash by its signal
+        try:
+            pid, status, usage = os.wait4(-1, 0)
+        except ChildProcessError:
+            break
+        exercise_id = children.pop(pid, None)
+        if exercise_id is None:
+            continue
+        sys.stderr.write(f"kata-learner-cpu {exercise_id} "
+                         f"{usage.ru_utime + usage.ru_stime:.2f}\n")
+        if os.WIFSIGNALED(status):
+            ended = f"signal {os.WTERMSIG(status)}"
+        else:
+            ended = f"code {os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1}"
+        sys.stderr.write(f"kata-learner-ended {exercise_id} {ended}\n")
+        sys.stderr.flush()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    say_phase("started")  # the interpreter, and this module's imports
+    parser = argparse.ArgumentParser(prog="kata.serve.server")
+    parser.add_argument("--root", required=True, help="the folder holding exercises/")
+    parser.add_argument("--channel", action="append", default=[],
+                        metavar="EXERCISE=READ_FD,WRITE_FD,MODULE")
+    parser.add_argument("--cpu", type=int, default=0, help="CPU seconds per exercise's child")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        models = load_session()
+    except MachineFault as error:  # before the ready line: the grader blames the machine
+        sys.stderr.write(f"kata-learner-failed: {error}\n")
+        return 1
+    return serve(models, Path(args.root), [parse_channel(c) for c in args.channel], args.cpu)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

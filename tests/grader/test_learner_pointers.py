@@ -1,0 +1,72 @@
+"""What the grader and the notebook point a learner to: the next exercise, the next hint.
+
+* "Next:" names the first unfinished *main* exercise; a bonus comes only once they are done.
+* The notebook's ``check(n)`` row shows one hint, at the level ``grader.py hint`` has reached
+  (level 1 at first), as text, never the manifest's raw record or every level at once.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import grading.views.notebook as notebook
+from grading.views.learner import HINTS_FILE
+from grading.core.records import ExerciseResult, Outcome, Status, SubmissionResult, TestRecord
+from grading.views.reports import next_step
+from grading.core.declarations import load_exercises
+
+
+EXERCISES = load_exercises()
+
+
+def submission(done: set[str]) -> SubmissionResult:
+    rows = [ExerciseResult(e, Status.DONE if e.id in done else Status.NOT_STARTED)
+            for e in EXERCISES]
+    return SubmissionResult("me", rows)
+
+
+def test_next_is_the_first_unfinished_main_exercise_then_the_bonus():
+    main = [e for e in EXERCISES if not e.bonus]
+    bonus = [e for e in EXERCISES if e.bonus]
+    assert bonus, "the manifest has a bonus exercise"
+    # every main exercise before the first bonus is done: the next is a main one, not the bonus
+    before_bonus = {e.id for e in EXERCISES[:EXERCISES.index(bonus[0])] if not e.bonus}
+    later_main = [e for e in main if e.id not in before_bonus]
+    if later_main:
+        text = next_step(submission(before_bonus), {})
+        assert text.startswith(f"Next: {later_main[0].id} "), text
+    # every main exercise done: now the bonus
+    text = next_step(submission({e.id for e in main}), {})
+    assert text.startswith(f"Next: {bonus[0].id} "), text
+
+
+def failing_check(exercise, function):
+    record = TestRecord(f"{exercise.folder}/test_public.py::test_{function}", exercise.id,
+                        f"test_{function}", Outcome.FAILED, "AssertionError: wrong", function=function)
+    check = notebook.CheckResult(exercise, ExerciseResult(exercise, Status.FAILING, (record,)),
+                                 "exercises")
+    return squeezed(repr(check))  # the text as printed, lines joined
+
+
+def squeezed(text: str) -> str:
+    """``text`` without whitespace: the table wraps long hints at spaces and hyphens."""
+    return "".join(text.split())
+
+
+def test_the_notebook_check_shows_the_hint_level_reached(tmp_path, monkeypatch):
+    monkeypatch.setattr(notebook, "ROOT", tmp_path)  # where .kata-hints.json is read
+    exercise = EXERCISES[0]
+    function = next(h.function for h in exercise.hints if len(h.levels) >= 2)
+    levels = exercise.hints_for(function)
+
+    shown = failing_check(exercise, function)
+    assert squeezed(levels[0]) in shown and f"hint1of{len(levels)}" in shown, shown
+    assert not any(squeezed(level) in shown for level in levels[1:]), "one level at a time"
+    assert "FunctionHints" not in shown and "levels=" not in shown, shown
+
+    (tmp_path / HINTS_FILE).write_text(json.dumps({"levels": {exercise.id: {function: 2}}}))
+    shown = failing_check(exercise, function)
+    assert squeezed(levels[1]) in shown and f"hint2of{len(levels)}" in shown, shown
+    assert squeezed(levels[0]) not in shown, shown
