@@ -73,29 +73,39 @@ def build_learner_box(instructor_root: Path, target: Path, files: dict[str, byte
 
 @dataclass
 class Channels:
-    """Two pipes per exercise: the trusted worker's ends and the learner server's ends."""
+    """Per exercise, :data:`~kata.serve.GENERATIONS` channels of two pipes each (one
+    per learner process the exercise may use): the trusted worker's ends and the server's."""
 
-    trusted: dict[str, tuple[int, int]] = field(default_factory=dict)  # id -> (read, write)
-    learner: dict[str, tuple[int, int]] = field(default_factory=dict)
+    trusted: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # id -> [(read, write)]
+    learner: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
 
     @classmethod
     def open(cls, exercise_ids: list[str]) -> Channels:
+        from kata.serve import GENERATIONS
+
         channels = cls()
         for exercise_id in exercise_ids:
-            to_learner, from_learner = os.pipe(), os.pipe()
-            channels.trusted[exercise_id] = (from_learner[0], to_learner[1])
-            channels.learner[exercise_id] = (to_learner[0], from_learner[1])
+            for _ in range(GENERATIONS):
+                to_learner, from_learner = os.pipe(), os.pipe()
+                channels.trusted.setdefault(exercise_id, []).append(
+                    (from_learner[0], to_learner[1]))
+                channels.learner.setdefault(exercise_id, []).append(
+                    (to_learner[0], from_learner[1]))
         return channels
 
     @property
     def trusted_fds(self) -> tuple[int, ...]:
-        return tuple(fd for pair in self.trusted.values() for fd in pair)
+        return tuple(fd for pairs in self.trusted.values() for pair in pairs for fd in pair)
+
+    @property
+    def learner_fds(self) -> tuple[int, ...]:
+        return tuple(fd for pairs in self.learner.values() for pair in pairs for fd in pair)
 
     def close_trusted(self) -> None:
         _close_all(self.trusted_fds)
 
     def close_learner(self) -> None:
-        _close_all(fd for pair in self.learner.values() for fd in pair)
+        _close_all(self.learner_fds)
 
 
 def _close_all(fds) -> None:
@@ -177,13 +187,15 @@ class LearnerBox:
 
     folder: Path  # made by build_learner_box
     modules: dict[str, str]  # exercise id -> its module
-    sandbox: object | None = None  # a grading.box.sandbox.Sandbox; None: no sandbox
+    sandbox: object | None = None  # a Sandbox or an Unprivileged (grading.box.sandbox); None: none
     timeout: float = 60.0
     threads: int | None = None
     zygote: LearnerZygote | None = None  # the batch's warm parent; None: every server starts cold
+    call_seconds: float = 0.0  # the deadline of one call of a learner's function (0: none)
 
     def start(self, exercises: list, work_dir: Path, n: int) -> tuple[Channels, LearnerServer]:
         from grading.box.runner import child_environment
+        from kata.serve import format_pairs  # the channels as text (no torch here)
 
         ids = [e.id for e in exercises if e.id in self.modules]
         channels = Channels.open(ids)
@@ -191,21 +203,22 @@ class LearnerBox:
         cpu = int(self.timeout) + CPU_MARGIN_SECONDS
         try:
             if self.sandbox is None:
-                specs = [f"{i}={r},{w},{self.modules[i]}" for i, (r, w) in channels.learner.items()]
+                specs = [f"{i}={self.modules[i]}:{format_pairs(pairs)}"
+                         for i, pairs in channels.learner.items()]
                 command = self._command(str(self.folder), specs, cpu)
-                fds = tuple(fd for pair in channels.learner.values() for fd in pair)
-                process = self._popen(command, self.folder, env, fds)
+                process = self._popen(command, self.folder, env, channels.learner_fds)
             elif self.zygote is not None and (process := self._warm_start(channels, cpu)):
                 return channels, process
             else:
-                from grading.box.sandbox import INSIDE_ROOT
-
-                targets, specs = {}, []
-                for k, (exercise_id, (r, w)) in enumerate(channels.learner.items()):
-                    inner_r, inner_w = FIRST_CHANNEL_FD + 2 * k, FIRST_CHANNEL_FD + 2 * k + 1
-                    targets.update({r: inner_r, w: inner_w})
-                    specs.append(f"{exercise_id}={inner_r},{inner_w},{self.modules[exercise_id]}")
-                command = self._command(INSIDE_ROOT, specs, cpu)
+                targets, specs, inner = {}, [], FIRST_CHANNEL_FD
+                for exercise_id, pairs in channels.learner.items():
+                    moved = []
+                    for r, w in pairs:
+                        targets.update({r: inner, w: inner + 1})
+                        moved.append((inner, inner + 1))
+                        inner += 2
+                    specs.append(f"{exercise_id}={self.modules[exercise_id]}:{format_pairs(moved)}")
+                command = self._command(self.sandbox.root_of(self.folder), specs, cpu)
                 wrapped = self.sandbox.command(command, self.folder, {})
                 pairs = [str(v) for source, target in targets.items() for v in (source, target)]
                 wrapped = [wrapped[0], "-c", _MOVE_FD + wrapped[2], str(len(targets)), *pairs,
@@ -240,8 +253,8 @@ class LearnerBox:
             if first is not None and _read_until(ready_read, b"ready\n", PLACEHOLDER_SECONDS) \
                     and self.zygote.spawn(
                         first, lambda: placeholder.poll() is None, self.sandbox, INSIDE_ROOT,
-                        cpu, err_write,
-                        [(i, self.modules[i], r, w) for i, (r, w) in channels.learner.items()]):
+                        cpu, self.call_seconds, err_write,
+                        [(i, self.modules[i], pairs) for i, pairs in channels.learner.items()]):
                 os.close(err_write)
                 err_write = -1
                 return LearnerServer(placeholder, os.fdopen(err_read, "rb", buffering=0))
@@ -258,9 +271,9 @@ class LearnerBox:
         os.close(err_read)
         return None
 
-    @staticmethod
-    def _command(root: str, specs: list[str], cpu: int) -> list[str]:
-        command = [sys.executable, "-m", "kata.serve.server", "--root", root, "--cpu", str(cpu)]
+    def _command(self, root: str, specs: list[str], cpu: int) -> list[str]:
+        command = [sys.executable, "-m", "kata.serve.server", "--root", root, "--cpu", str(cpu),
+                   "--call-seconds", str(self.call_seconds)]
         for spec in specs:
             command += ["--channel", spec]
         return command
@@ -379,11 +392,11 @@ class LearnerZygote:
                     pass
         return self._state == "ready"
 
-    def spawn(self, first_pid: int, alive, sandbox, root: str, cpu: int, stderr_fd: int,
-              channels: list[tuple[str, str, int, int]]) -> bool:
+    def spawn(self, first_pid: int, alive, sandbox, root: str, cpu: int, call_seconds: float,
+              stderr_fd: int, channels: list[tuple[str, str, list[tuple[int, int]]]]) -> bool:
         """Fork a server into the sandbox whose first process is ``first_pid``: its namespaces,
         ``sandbox``'s cgroup and limits, ``stderr_fd`` as its standard error, and ``channels``
-        (exercise, module, read end, write end). ``alive()`` says whether that sandbox still
+        (exercise, module, its channels' read and write ends). ``alive()`` says whether that sandbox still
         runs (checked once its namespaces are open: the process id was not yet taken by another
         process). Whether the server got there; after a failure the zygote is not asked again."""
         import array
@@ -404,11 +417,11 @@ class LearnerZygote:
                 cgroups = sandbox.cgroup.procs_files if sandbox.cgroup is not None else []
                 opened += [os.open(path, os.O_WRONLY) for path in cgroups]
                 request = {"namespaces": list(NAMESPACES), "cgroups": len(cgroups),
-                           "root": root, "cpu": cpu,
-                           "channels": [[i, module] for i, module, _, _ in channels],
+                           "root": root, "cpu": cpu, "call_seconds": call_seconds,
+                           "channels": [[i, module, len(pairs)] for i, module, pairs in channels],
                            **sandbox.limits()}
                 fds = [theirs.fileno(), stderr_fd, *opened,
-                       *(fd for _, _, r, w in channels for fd in (r, w))]
+                       *(fd for _, _, pairs in channels for pair in pairs for fd in pair)]
                 self.control.sendmsg([json.dumps(request).encode()],
                                      [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
             theirs.close()

@@ -24,8 +24,14 @@ What crosses, and how it keeps the tests' meaning:
 * an exception is rebuilt as its builtin type (``IndexError``, ``ValueError``...) with its
   message, the stub it reached and the line of the learner's code; never as a diagnosis.
 
-If the learner's process dies (a segfault, ``os._exit``, its CPU limit), the test child exits
-with :data:`LEARNER_GONE`, which the worker records as a crash of the running test.
+Each call of a learner's function has a deadline (the sandbox ends the learner's process when a
+call runs past it). If a call ends the learner's process (the deadline, a segfault,
+``os._exit``, the memory limit), the call fails with :class:`~grading.core.faults.LearnerFault`,
+in the grader's words for that kind of end, and the exercise's next learner process takes over
+(a *generation*: the learner's file imported afresh, on the exercise's next channel), so the
+exercise's other functions are still graded; a function that ended a process fails at once when called
+again. Only when no generation is left does the test child exit with
+:data:`LEARNER_GONE`, which the worker records as a crash of the running test.
 
 What does not cross: the learner's grad mode (a test's hook called back during the learner's
 forward pass runs under the trusted side's; read ``requires_grad`` from the tensors it gets), and
@@ -43,13 +49,36 @@ import sys
 import torch
 from torch import nn
 
+from grading.core.faults import (CALL_SECONDS_VARIABLE, MEMORY_LIMIT_VARIABLE, Ended, LearnerFault,
+                                 kind_of)
 from kata.hooks import HOOK_DICTS
+from kata.serve import Pairs, parse_pairs
 from kata.serve.channel import Peer
-from kata.serve.codec import ChannelClosed, Codec, FrameError
+from kata.serve.codec import ChannelClosed, Codec, FrameError, read_frame, write_frame
 
 #: The test process's exit status when the learner's process went away in the middle of a test
-#: (the warm worker, :mod:`grading.box.worker`, records it as a crash of the running test).
+#: and no generation was left to take over (the warm worker, :mod:`grading.box.worker`, records
+#: it as a crash of the running test).
 LEARNER_GONE = 97
+#: How much longer than a call's deadline this side waits before it gives up on the learner's
+#: process (which its sandbox should have ended by then).
+CALL_GRACE_SECONDS = 15.0
+
+
+class _Ended(Exception):
+    """The learner's process serving this channel ended (or was given up on): ``ended`` says
+    how, from the next generation's first words."""
+
+    def __init__(self, ended: Ended):
+        super().__init__("the learner's process ended")
+        self.ended = ended
+
+
+def _environment_number(name: str) -> float:
+    try:
+        return max(0.0, float(os.environ.get(name, "0")))
+    except ValueError:
+        return 0.0
 
 
 #: Exceptions rebuilt as themselves (anything else becomes a class of the same name).
@@ -211,15 +240,24 @@ def _fingerprint(module: nn.Module) -> tuple:
 
 
 class RemoteSession:
-    """The channel to one exercise's learner process, and what one test has sent over it."""
+    """The channels to one exercise's learner processes (the one serving now, and the spare
+    ones for the generations that may follow it), and what one test has sent over them."""
 
-    def __init__(self, read_fd: int, write_fd: int, exit_when_gone: bool = True,
-                 pid: int | None = None):
+    def __init__(self, pairs: Pairs, exit_when_gone: bool = True, pid: int | None = None,
+                 respawn=None):
+        read_fd, write_fd = pairs[0]
         self.peer = Peer(read_fd, write_fd, self.serve)
+        self.spares = list(pairs[1:])  # the next generations' channels
+        #: maintainers' fork mode: a function that forks the next learner process and gives
+        #: ``(read_fd, write_fd, pid, Ended)``; None: the sandbox's server starts it
+        self.respawn = respawn
         self.index = _Index()
         self.broken: str | None = None
         self.exit_when_gone = exit_when_gone  # a test child exits; a maintainer's run raises
         self.pid = pid  # the learner's process, when this process forked it
+        self.call_seconds = _environment_number(CALL_SECONDS_VARIABLE)
+        self.memory_limit_mb = int(_environment_number(MEMORY_LIMIT_VARIABLE))
+        self.faulted: dict[str, str] = {}  # function -> how a call of it ended its process
         #: Whether the learner's code ever changed, in place, a tensor a test gave it: from then
         #: on no value this process computes is shared with other submissions (inputs_changed).
         self.changed_inputs = False
@@ -235,13 +273,15 @@ class RemoteSession:
 
     # -- requests --------------------------------------------------------------
 
-    def _request(self, header: dict, blobs: list) -> tuple[dict, list]:
+    def _request(self, header: dict, blobs: list, deadline: float = 0.0) -> tuple[dict, list]:
+        """Send a request and wait for its reply; raises :class:`_Ended` when the learner's
+        process ended (or ran ``deadline`` seconds past) and the next generation took over."""
         if self.broken:
             raise RemoteError(self.broken)
         try:
-            reply, data = self.peer.request(header, blobs)
-        except (ChannelClosed, BrokenPipeError):  # the learner's process is gone
-            self.learner_gone()
+            reply, data = self.peer.request(header, blobs, deadline)
+        except (ChannelClosed, BrokenPipeError, TimeoutError):  # the learner's process is gone
+            raise _Ended(self.next_generation()) from None
         except (FrameError, OSError) as error:
             self.broken = (f"the grader could not read what your code sent back ({error}); "
                            "the rest of this exercise cannot be graded")
@@ -254,6 +294,34 @@ class RemoteSession:
                               f"{str(reply['fault'])[:300]}")
         return reply, data
 
+    def next_generation(self) -> Ended:
+        """Move to the exercise's next learner process; how the one before ended. Without one
+        left, the test cannot go on (:meth:`learner_gone`)."""
+        try:
+            if self.respawn is not None:
+                self.peer.close()
+                read_fd, write_fd, self.pid, ended = self.respawn(self.pid)
+                first = {}
+            elif self.spares:
+                self.peer.close()
+                read_fd, write_fd = self.spares.pop(0)
+                write_frame(write_fd, {"op": "hello", "id": 1}, [])  # the server starts it now
+                said, _ = read_frame(read_fd)
+                if said.get("op") != "ended":
+                    raise FrameError("the next learner process did not say how the last ended")
+                ended = Ended.from_message(said)
+                first, _ = read_frame(read_fd)
+            else:
+                self.learner_gone()
+        except (FrameError, OSError, ValueError):
+            self.learner_gone()
+        self.peer = Peer(read_fd, write_fd, self.serve)
+        self.peer.counter = 1 if first else 0
+        if first and isinstance(first.get("functions"), list):
+            self.module_info = first
+        self.sent.clear()  # modules sent by value went with the old process
+        return ended
+
     def learner_gone(self):
         if not self.exit_when_gone:
             self.broken = "the process running your code ended in the middle of a test"
@@ -263,15 +331,28 @@ class RemoteSession:
         os._exit(LEARNER_GONE)
 
     def hello(self) -> dict:
-        reply, _ = self._request({"op": "hello"}, [])
+        try:
+            reply, _ = self._request({"op": "hello"}, [])
+        except _Ended:
+            reply = self.hello()
         return reply
 
-    def call(self, target: dict, args: tuple, kwargs: dict):
+    def call(self, target: dict, args: tuple, kwargs: dict, name: str):
+        """Run the learner's function ``name`` (``target``: by name or as a callable it
+        returned) on these arguments; its result, as the trusted side's values."""
+        if name in self.faulted:  # it ended a process before: not run again, same verdict
+            raise LearnerFault(self.faulted[name], name, again=True)
         encoder = TrustedCodec(self)
         header = {"op": "call", **target, "args": encoder.encode(list(args)),
                   "kwargs": encoder.encode(dict(kwargs))}
         header["instrument"] = self._instrumentation(encoder.roots)
-        reply, blobs = self._request(header, encoder.blobs)
+        deadline = self.call_seconds + CALL_GRACE_SECONDS if self.call_seconds else 0.0
+        try:
+            reply, blobs = self._request(header, encoder.blobs, deadline)
+        except _Ended as gone:
+            kind, detail = kind_of(gone.ended, self.memory_limit_mb)
+            self.faulted[name] = kind
+            raise LearnerFault(kind, name, detail) from None
         decoder = TrustedCodec(self, table=encoder.table)
         try:
             self._mirror_hooks(reply.get("hooks", []))
@@ -302,7 +383,10 @@ class RemoteSession:
         self._new_test()
         if self.broken:
             return []
-        reply, _ = self._request({"op": "reset"}, [])
+        try:
+            reply, _ = self._request({"op": "reset"}, [])
+        except _Ended:  # the learner's process ended between tests: the next one starts clean
+            return []
         removed = reply.get("removed", [])
         return [str(r)[:80] for r in removed if isinstance(r, str)][:20] \
             if isinstance(removed, list) else []
@@ -314,6 +398,13 @@ class RemoteSession:
         except (FrameError, OSError):
             pass
         self.peer.close()
+        for pair in self.spares:  # the server then knows no next generation is wanted
+            for fd in pair:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.spares = []
         if self.pid is not None:
             try:
                 os.waitpid(self.pid, 0)
@@ -539,7 +630,7 @@ class RemoteCallable:
         self.__name__ = self.__qualname__ = name.rsplit(".", 1)[-1] or "function"
 
     def __call__(self, *args, **kwargs):
-        return self.session.call({"cid": self.cid}, args, kwargs)
+        return self.session.call({"cid": self.cid}, args, kwargs, self.__name__)
 
     def __deepcopy__(self, memo):
         return self
@@ -557,7 +648,7 @@ class RemoteFunction:
         self.__module__ = module
 
     def __call__(self, *args, **kwargs):
-        return self.session.call({"fn": self.name}, args, kwargs)
+        return self.session.call({"fn": self.name}, args, kwargs, self.name)
 
     def __repr__(self) -> str:
         return f"<your function {self.__module__}.{self.name}, run in the grader's sandbox>"
@@ -584,18 +675,18 @@ _SESSION: RemoteSession | None = None
 
 
 def connect(spec: str) -> RemoteSession:
-    """This test process's one channel to the learner: ``"READ_FD,WRITE_FD"`` (the grader's
-    worker made it), or ``"fork"``: a learner process forked from this one (maintainers)."""
+    """This test process's channels to the learner: ``"READ_FD,WRITE_FD;..."`` (the grader's
+    worker made them, one per generation), or ``"fork"``: a learner process forked from this
+    one (maintainers)."""
     global _SESSION
     if _SESSION is None:
-        read_fd, write_fd = (int(v) for v in spec.split(","))
-        _SESSION = RemoteSession(read_fd, write_fd)
+        _SESSION = RemoteSession(parse_pairs(spec))
     return _SESSION
 
 
-def fork_learner(module, impl_dir) -> RemoteSession:
-    """Serve ``module`` (already imported) from a forked child, as the sandbox's server would:
-    the maintainers' way to run any planted code through the grader's boundary in-process."""
+def _fork_one(module, impl_dir) -> tuple[int, int, int]:
+    """Fork a child that serves ``module`` as a learner process does; ``(read, write, pid)``."""
+    import signal
     from pathlib import Path
 
     from kata.serve import server
@@ -607,13 +698,18 @@ def fork_learner(module, impl_dir) -> RemoteSession:
     if pid == 0:
         code = 1
         try:
+            import faulthandler
+
+            faulthandler.disable()  # a learner's crash is a verdict here, not a traceback to print
             os.close(to_learner[1])
             os.close(from_learner[0])
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)
             torch.set_num_threads(1)  # the parent's thread pool does not survive a fork
             models = server.Models()
             models.adopt(_session_models())
             exercise = server.Exercise(models, module.__name__.rsplit(".", 1)[-1],
-                                       Path(impl_dir).parent, impl_dir=Path(impl_dir))
+                                       Path(impl_dir).parent, impl_dir=Path(impl_dir),
+                                       call_seconds=_environment_number(CALL_SECONDS_VARIABLE))
             exercise.module = module
             exercise.peer = Peer(to_learner[0], from_learner[1], exercise.serve)
             exercise.peer.serve_forever()
@@ -622,7 +718,22 @@ def fork_learner(module, impl_dir) -> RemoteSession:
             os._exit(code)
     os.close(to_learner[0])
     os.close(from_learner[1])
-    return RemoteSession(from_learner[0], to_learner[1], exit_when_gone=False, pid=pid)
+    return from_learner[0], to_learner[1], pid
+
+
+def fork_learner(module, impl_dir) -> RemoteSession:
+    """Serve ``module`` (already imported) from a forked child, as the sandbox's server would:
+    the maintainers' way to run any planted code through the grader's boundary in-process. A
+    child a call ended is followed by a new one, as the server's generations are."""
+    def respawn(old_pid: int):
+        _, status, usage = os.wait4(old_pid, 0)
+        ended = Ended(signal=os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+                      code=os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+                      max_rss_mb=usage.ru_maxrss / 1024)
+        return (*_fork_one(module, impl_dir), ended)
+
+    read_fd, write_fd, pid = _fork_one(module, impl_dir)
+    return RemoteSession([(read_fd, write_fd)], exit_when_gone=False, pid=pid, respawn=respawn)
 
 
 #: exercise id -> (the module served, its forked learner) (maintainers)

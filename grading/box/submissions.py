@@ -34,6 +34,7 @@ from typing import Callable
 
 from grading.core.declarations import Exercise, handed_out_files
 
+from grading.core.faults import CALL_SECONDS
 from grading.core.records import ExerciseResult, Status, SubmissionResult
 from grading.core.results import summarize
 from grading.box.runner import run_tests
@@ -57,6 +58,10 @@ class GradingOptions:
     hide: tuple = ()  # more paths the sandbox hides (the batch adds the submissions themselves)
     lanes: int = 0  # exercises graded at once per submission (0: the cores / the jobs)
     secret_seed: int | None = None  # the secret checks' seed (None: fresh; a batch shares one)
+    call_seconds: float = CALL_SECONDS  # the deadline of one call of a learner's function
+    #: where no sandbox can be made, a grader run as root still grades across the boundary, the
+    #: learner's side as a user of its own (grading.box.sandbox.Unprivileged): Gradescope
+    unprivileged_fallback: bool = False
 
 
 def default_lanes(jobs: int) -> int:
@@ -214,7 +219,8 @@ class SharedTrustedSide:
         shared.references.mkdir()
         (folder / "logs").mkdir()
         env = trusted_environment(shared.root, options.threads, options.secret_seed,
-                                  shared.references)
+                                  shared.references, options.call_seconds,
+                                  options.memory_limit_mb)
         try:
             shared.worker = BatchWorker(shared.root,
                                         [(e.id, shared.root / e.tests) for e in exercises],
@@ -285,18 +291,24 @@ def run_learner_files(files: dict[str, bytes], exercises: list[Exercise], instru
         build_learner_box(instructor_root, work / "learner", files)
         os.chmod(work, 0o755)  # the learner's folder is bound in for an unprivileged uid
         if options.sandbox:
-            from grading.box.sandbox import Sandbox
+            from grading.box.sandbox import Sandbox, Unprivileged, sandbox_available
 
-            box = Sandbox.create([*hide, *options.hide], options.memory_limit_mb)
+            available, why = sandbox_available()
+            if available or not options.unprivileged_fallback:
+                box = Sandbox.create([*hide, *options.hide], options.memory_limit_mb)
+            else:
+                box = Unprivileged.create(why, options.memory_limit_mb)
         learner = LearnerBox(work / "learner", {e.id: e.module for e in exercises}, box,
                              options.timeout, options.threads,
-                             shared.zygote if shared is not None and box is not None else None)
+                             shared.zygote if shared is not None and box is not None else None,
+                             options.call_seconds)
         run = run_tests(trusted, exercises, "exercises", work / "logs", options.timeout,
                         options.memory_limit_mb, options.threads, warm=True,
                         lanes=options.lanes or default_lanes(1), learner=learner,
                         secret_seed=options.secret_seed,
                         batch_worker=shared.worker if shared is not None else None,
-                        references=shared.references if shared is not None else None)
+                        references=shared.references if shared is not None else None,
+                        call_seconds=options.call_seconds)
         run.environment["sandbox"] = box.caps if box is not None else UNSANDBOXED
         return run
     finally:
@@ -429,7 +441,7 @@ def grade_batch(paths: list[Path], instructor_root: Path, exercises: list[Exerci
         from grading.box.sandbox import sandbox_available
 
         ok, why = sandbox_available()
-        if not ok:
+        if not ok and not (options.unprivileged_fallback and os.geteuid() == 0):
             raise RuntimeError(f"no sandbox: {why}")
         # every submission, and the folders that hold them, are hidden from every other one
         others = {Path(p).resolve() for p in paths} | {Path(p).resolve().parent for p in paths}

@@ -2,7 +2,8 @@
 
 ``python -m grading.box.worker`` runs an instructor's tests on a submission, outside the
 submission's sandbox: the learner's functions run in the sandbox (:mod:`kata.serve.server`),
-reached over one channel per exercise (``--remote EX=READ_FD,WRITE_FD``); this process runs only
+reached over channels per exercise (``--remote EX=READ_FD,WRITE_FD;...``, one per learner
+process the exercise may use, :mod:`kata.serve.channel`); this process runs only
 the kata's own code (:mod:`grading.box.remote`). It
 
 1. imports pytest, torch, transformers, the kata's plugin and test support, and loads the
@@ -62,7 +63,7 @@ class WorkerArgs:
     timeout: float  # seconds per exercise, from its first test
     startup: float  # seconds a child may take to start its first test
     lanes: int  # children at a time
-    remote: dict[str, tuple[int, int]] = field(default_factory=dict)  # id -> (read, write) fds
+    remote: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # id -> [(read, write)]
     pytest: list[str] = field(default_factory=list)  # pytest's own options
 
     def argv(self) -> list[str]:
@@ -72,18 +73,21 @@ class WorkerArgs:
                 "--startup", str(self.startup), "--lanes", str(max(1, self.lanes)),
                 "--tests", *[f"{e}={path}" for e, path in self.tests]]
         if self.remote:
-            args += ["--remote", *[f"{e}={r},{w}" for e, (r, w) in self.remote.items()]]
+            from kata.serve import format_pairs
+
+            args += ["--remote", *[f"{e}={format_pairs(pairs)}" for e, pairs in self.remote.items()]]
         return args + ["--", *self.pytest]
 
     def fds(self) -> list[int]:
         """The channels' descriptors, in the order :meth:`to_message` numbers them."""
-        return [fd for pair in self.remote.values() for fd in pair]
+        return [fd for pairs in self.remote.values() for pair in pairs for fd in pair]
 
     def to_message(self) -> dict:
         """A JSON-able form; each channel's descriptors become their places in :meth:`fds`."""
         message = asdict(self)
         places = iter(range(len(self.fds())))
-        message["remote"] = {e: [next(places), next(places)] for e in self.remote}
+        message["remote"] = {e: [[next(places), next(places)] for _ in pairs]
+                             for e, pairs in self.remote.items()}
         return message
 
     @classmethod
@@ -92,7 +96,8 @@ class WorkerArgs:
         order."""
         args = cls(**{k: v for k, v in message.items() if k != "remote"})
         args.tests = [tuple(pair) for pair in args.tests]
-        args.remote = {e: (fds[r], fds[w]) for e, (r, w) in message.get("remote", {}).items()}
+        args.remote = {e: [(fds[r], fds[w]) for r, w in pairs]
+                       for e, pairs in message.get("remote", {}).items()}
         return args
 
 
@@ -279,8 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deselect", required=True)
     parser.add_argument("--basetemp", required=True)
     parser.add_argument("--tests", nargs="*", default=[], metavar="EX=FILE")
-    parser.add_argument("--remote", nargs="*", default=[], metavar="EX=READ_FD,WRITE_FD",
-                        help="each exercise's channel to the learner's sandbox")
+    parser.add_argument("--remote", nargs="*", default=[], metavar="EX=READ_FD,WRITE_FD;...",
+                        help="each exercise's channels to the learner's sandbox")
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--startup", type=float, default=90.0,
                         help="seconds a child may take to start its first test")
@@ -291,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     tests = [item.split("=", 1) for item in args.tests]
     remote = dict(item.split("=", 1) for item in args.remote)
-    channel_fds = {int(fd) for spec in remote.values() for fd in spec.split(",")}
+    channel_fds = {int(fd) for spec in remote.values() for fd in spec.replace(";", ",").split(",")}
     warm_up([path for _, path in tests])
     _no_dumping()
     record = open(args.record, "a", encoding="utf-8")
@@ -312,8 +317,8 @@ def main(argv: list[str] | None = None) -> int:
         exercise_id, test_file = job
         note("exercise", exercise=exercise_id)
         read_end, write_end = os.pipe()
-        mine = {int(fd) for fd in remote[exercise_id].split(",")} if exercise_id in remote \
-            else set()
+        mine = {int(fd) for fd in remote[exercise_id].replace(";", ",").split(",")} \
+            if exercise_id in remote else set()
         pid = _fork(lambda: _run_tests(exercise_id, test_file, args, write_end,
                                        remote.get(exercise_id)),
                     (read_end, *sorted(channel_fds - mine)))
@@ -345,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
 
 #: Largest request the grader sends a batch's worker (a WorkerArgs as JSON), and most descriptors.
 MAX_REQUEST_BYTES = 1 << 20
-MAX_REQUEST_FDS = 64
+MAX_REQUEST_FDS = 253  # the kernel's most per message: 8 exercises of 4 channels fit
 #: How often a batch's worker looks for ended children while it waits for requests.
 SERVE_POLL_SECONDS = 0.05
 

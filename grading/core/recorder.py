@@ -41,7 +41,12 @@ from course.shared.diagnosis import diagnosis_of
 from course.shared.impl import ImplementationImportError, stub_reached
 from grading.core.declarations import exercise_for_test_file
 
+from grading.core.faults import CRASHED, EXITED, OUT_OF_MEMORY, TIMED_OUT, LearnerFault, sentence
 from grading.core.records import CollectedTest, Outcome, TestRecord
+
+#: The outcome of a test whose call ended the learner's process, by the kind of end.
+_FAULT_OUTCOMES = {TIMED_OUT: Outcome.TIMED_OUT, CRASHED: Outcome.CRASHED,
+                   EXITED: Outcome.CRASHED}
 
 #: The diagnosis id of a test that met a :class:`kata.models.EnvironmentFault`.
 ENVIRONMENT_FAULT = "environment-fault"
@@ -119,6 +124,11 @@ class _Describer:
     def facts(self, error: BaseException) -> dict:
         """The :class:`TestRecord` fields that describe ``error``."""
         chain = list(_exception_chain(error))
+        fault = next((e for e in chain if isinstance(e, LearnerFault)), None)
+        if fault is not None:  # the call ended the learner's process: the grader's own words
+            return {"message": str(fault), "where": "", "stub": False, "import_error": False,
+                    "memory": fault.kind == OUT_OF_MEMORY, "diagnosis": None,
+                    "function": fault.function, "fault": fault.kind}
         import_error = next((e for e in chain if isinstance(e, ImplementationImportError)), None)
         stub = self.stub_function(error)
         memory = any(
@@ -133,8 +143,9 @@ class _Describer:
             message = f"{stub} is not written yet (it still raises NotImplementedError)"
         elif isinstance(error, SystemExit):
             message = f"the code called sys.exit({error.code!r}); return a value instead of exiting"
-        elif memory:
-            message = f"ran out of memory: {type(error).__name__}: {str(error)[:200]}"
+        elif memory:  # an allocation refused under the memory limit: an exception, not an end
+            message = sentence(OUT_OF_MEMORY, _function_of(where),
+                               f"{type(error).__name__}: {str(error)[:200]}")
         elif isinstance(error, AssertionError):
             message = _assertion_message(error)
         elif isinstance(error, pytest.fail.Exception):
@@ -158,6 +169,12 @@ class _Describer:
             "diagnosis": diagnosis_id,
             "function": stub,
         }
+
+
+def _function_of(where: str) -> str | None:
+    """The function named at the end of a ``where`` (``"exercises/ex4.py, line 5, in f"``)."""
+    name = where.rsplit(", in ", 1)[-1] if ", in " in where else ""
+    return name if name.isidentifier() else None
 
 
 def _assertion_message(error: AssertionError) -> str:
@@ -284,6 +301,7 @@ class Recorder:
             facts = self.describer.facts(excinfo.value)
             if facts["stub"]:
                 outcome = Outcome.FAILED  # a module fixture that called a stub
+            outcome = _FAULT_OUTCOMES.get(facts.pop("fault", None), outcome)
             return replace(record, outcome=outcome, **facts)
         return record
 

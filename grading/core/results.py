@@ -5,16 +5,20 @@ Statuses (:class:`~grading.core.records.Status`), in the order they take precede
 =============  ==============================================================================
 missing        the submission has no file for this exercise (instructor mode)
 error          the exercise file does not import (the message gives the line and the error)
-timed out      its tests ran longer than the time limit (an endless loop?)
-crashed        the test process died in one of its tests (segfault, os._exit, killed)
-out of memory  a test ran out of the memory allowed
+timed out      a call ran past its deadline, or the tests past the exercise's time limit
+crashed        a call ended the process running it (segfault, os._exit, killed)
+out of memory  a call ran out of the memory allowed
 done           every test passed
 not started    no test passed and every failure reached an untouched stub
 in progress    some tests pass
 failing        no test passes, and not only because of stubs
 =============  ==============================================================================
 
-Points: each exercise's points (from the manifest) are awarded in proportion to the tests that
+Across the trust boundary a call that times out, crashes or runs out of memory costs only its
+own function's tests (:mod:`grading.core.faults`): the status names the fault and the function,
+and the exercise's other functions still earn their points.
+
+Points: each exercise's points (from its declaration) are awarded in proportion to the tests that
 pass. Tests that skip (GPT-2 not in the local cache) count neither for nor against: the
 proportion is taken over the tests that ran. Bonus exercises (``bonus = true`` in the manifest)
 earn bonus points, shown apart from the main part, whose maximum they do not raise; "all done"
@@ -65,11 +69,11 @@ def exercise_status(tests: Sequence[TestRecord]) -> tuple[Status, str]:
         return Status.ERROR, hit.message
     for outcome, status in _FATAL_OUTCOMES.items():
         hit = next((t for t in counted if t.outcome is outcome), None)
-        if hit:
-            return status, _why(hit)
+        if hit:  # a call that ended its process names its function: the sentence says it all
+            return status, hit.message if hit.function else _why(hit)
     hit = next((t for t in counted if t.memory), None)
     if hit:
-        return Status.OUT_OF_MEMORY, _why(hit)
+        return Status.OUT_OF_MEMORY, hit.message if hit.function else _why(hit)
     passed = sum(t.passed for t in counted)
     if not counted:
         return Status.DONE, "every test was skipped here"

@@ -26,6 +26,7 @@ import textwrap
 import time
 from pathlib import Path
 
+from grading.core.faults import CALL_SECONDS
 from grading.views.commands import grader_command
 from grading.core.declarations import IMPLEMENTATIONS, DeclarationError, load_exercises
 
@@ -90,6 +91,12 @@ def _add_limits(parser, batch: bool):
     parser.add_argument("--memory-limit", type=int, default=None, metavar="MB",
                         help="address-space limit of each test process in MiB; 0 for none "
                              f"(default {default}; use 0 on a GPU)")
+    if batch:
+        parser.add_argument("--call-timeout", type=float, default=CALL_SECONDS,
+                            metavar="SECONDS",
+                            help="how long one call of a learner's function may run before it "
+                                 f"fails as timed out and the exercise goes on (default "
+                                 f"{CALL_SECONDS:g})")
 
 
 def _add_reports(parser):
@@ -284,6 +291,7 @@ def _options(args, batch: bool) -> GradingOptions:
     if memory is None:
         memory = DEFAULT_BATCH_MEMORY_MB if batch else 0
     return GradingOptions(timeout=args.timeout, memory_limit_mb=memory,
+                          call_seconds=getattr(args, "call_timeout", CALL_SECONDS),
                           keep=getattr(args, "keep", False),
                           sandbox=batch and not getattr(args, "no_sandbox", False),
                           lanes=max(0, getattr(args, "lanes", 0) or 0))

@@ -173,7 +173,10 @@ def grade_for_gradescope(root: Path | str, exercise_ids: Sequence[str] | None = 
             exercises = [e for e in exercises if e.id in exercise_ids]
         # The same sandbox as `grader.py batch`: a submission's code must not reach the
         # grader, whose container it shares (a daemon it leaves could rewrite results.json).
-        options = GradingOptions(timeout=timeout, memory_limit_mb=memory_limit_mb, sandbox=True)
+        # Where the container allows no sandbox, the learner's side runs as a user of its own,
+        # still across the trust boundary, and results.json's output says so.
+        options = GradingOptions(timeout=timeout, memory_limit_mb=memory_limit_mb, sandbox=True,
+                                 unprivileged_fallback=True)
         [result] = grade_batch([root / "submission"], root / "source", exercises, options)
     except Exception as error:  # noqa: BLE001 - Gradescope must get a results.json whatever happens
         reports.write_atomically(results_path, _failure_results(error, time.monotonic() - started))

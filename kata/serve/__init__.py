@@ -6,3 +6,26 @@ frames and values between them; :mod:`kata.serve.figures` turns a figure into wh
 back. Nothing here knows an answer: the tests and references stay on the trusted side
 (:mod:`grading.box.remote`).
 """
+
+from __future__ import annotations
+
+Pairs = list[tuple[int, int]]
+#: How many learner processes an exercise may use in all: the first, and the ones that take over
+#: after a call ended one (:mod:`kata.serve.channel`). A function that ended one is not called
+#: again, so one more than an exercise's functions is always enough. Here, with the channels'
+#: text form, so the grader's own process reads them without importing torch.
+GENERATIONS = 8
+
+
+def format_pairs(pairs: Pairs) -> str:
+    """``[(3, 4), (5, 6)]`` -> ``"3,4;5,6"``: an exercise's channels, as text."""
+    return ";".join(f"{r},{w}" for r, w in pairs)
+
+
+def parse_pairs(text: str) -> Pairs:
+    """``"3,4;5,6"`` -> ``[(3, 4), (5, 6)]``."""
+    pairs = []
+    for item in text.split(";"):
+        read_fd, write_fd = item.split(",")
+        pairs.append((int(read_fd), int(write_fd)))
+    return pairs

@@ -8,11 +8,20 @@ reverse order of the requests, over the same two pipes.
 
 A request is ``{"op": ..., "id": n, ...}``; its reply ``{"reply": n, ...}``. Frames are read
 only within the codec's limits (:mod:`kata.serve.codec`).
+
+An exercise has a few channels, its *generations*: the first learner process serves on the
+first; when a call ends that process (an endless loop past its deadline, a crash), the next
+process, with the learner's file imported afresh, serves on the next, so that the exercise's
+other functions are still graded. Before the next process answers, the server says on the new
+channel how the one before ended (``{"op": "ended", ...}``). As text, an exercise's channels are
+``READ,WRITE;READ,WRITE;...`` (:func:`kata.serve.format_pairs`, :func:`kata.serve.parse_pairs`).
 """
 
 from __future__ import annotations
 
 import os
+import select
+import time
 from typing import Callable
 
 from kata.serve.codec import LIMITS, Blob, ChannelClosed, FrameError, Limits, read_frame, write_frame
@@ -31,12 +40,18 @@ class Peer:
     def send(self, header: dict, blobs: list[Blob]) -> None:
         write_frame(self.write_fd, header, blobs, self.limits)
 
-    def request(self, header: dict, blobs: list[Blob]) -> tuple[dict, list[Blob]]:
-        """Send a request; serve the other end's requests until its reply comes."""
+    def request(self, header: dict, blobs: list[Blob],
+                deadline: float = 0.0) -> tuple[dict, list[Blob]]:
+        """Send a request; serve the other end's requests until its reply comes. With a
+        ``deadline`` (seconds), raise :class:`TimeoutError` when no message has come by then."""
         self.counter += 1
         number = self.counter
         self.send({**header, "id": number}, blobs)
+        ends = time.monotonic() + deadline if deadline else None
         while True:
+            if ends is not None and not select.select([self.read_fd], [], [],
+                                                      max(0.0, ends - time.monotonic()))[0]:
+                raise TimeoutError(f"no answer within {deadline:g} seconds")
             message, data = read_frame(self.read_fd, self.limits)
             if message.get("reply") == number:
                 return message, data

@@ -1,6 +1,6 @@
 """The learner's side of trusted grading: runs a submission's functions, and nothing else.
 
-``python -m kata.serve.server --channel ex1=10,11,ex1_hidden_states ...`` runs inside the
+``python -m kata.serve.server --channel ex1=ex1_hidden_states:10,11;12,13 ...`` runs inside the
 submission's sandbox, which holds only the learner's exercise files and the learner-facing
 ``kata`` (models, blocks, norms, validation, toys, this package): no tests, no reference
 computations, no solutions, no grading code. It
@@ -8,7 +8,14 @@ computations, no solutions, no grading code. It
 1. imports torch, transformers and matplotlib and loads the session models once (the trusted
    side's tests refer to them by name: ``tiny-gpt2``, ``smollm2``, ``smollm2-first-4-blocks``);
 2. forks one child per exercise; each child imports that exercise's file and answers the
-   trusted side's requests over its own two pipes (:mod:`kata.serve.channel`):
+   trusted side's requests over its own two pipes (:mod:`kata.serve.channel`), each call of a
+   learner's function under a deadline (``--call-seconds``: the process ends by ``SIGALRM``
+   when a call runs past it). When a child ends before the trusted side is done (a deadline, a
+   crash, ``os._exit``), the next child of the exercise's *generations* takes over on the
+   exercise's next channel once the trusted side asks there, with the file imported afresh;
+   the server first says there how the one before ended (``{"op": "ended"}``: its signal or
+   exit status, its peak memory, and whether the server stopped it because the trusted side
+   gave up on it). The children answer:
 
    * ``hello``: the functions the file defines, or why it does not import;
    * ``call``: run one function on the arguments sent (tensors, numbers, models by name, toy
@@ -18,7 +25,7 @@ computations, no solutions, no grading code. It
    * ``reset``: after each test, remove every hook left on the models and restore the
      process-wide state (dtype, grad mode, global module hooks...);
 3. caps each child's CPU time (``RLIMIT_CPU``): a child stuck in a loop dies on its own, and
-   the grader's deadline kills the whole sandbox anyway.
+   the grader's exercise deadline kills the whole sandbox anyway.
 
 On its standard error it says when each phase of its start ended and the CPU seconds it had used
 (``kata-learner-phase started|imports|models TIME CPU``), and how many CPU seconds each
@@ -35,22 +42,26 @@ sandbox, which must stay import-light: the command line (:mod:`grading.views.cli
 from __future__ import annotations
 
 import argparse
+import fcntl
 import functools
 import importlib
 import math
 import os
 import pickle
 import resource
+import select
 import signal
 import sys
+import termios
 import time
 import traceback
 import types
 from pathlib import Path
 
 from kata.models import SMOLLM2_FIRST_BLOCKS
+from kata.serve import Pairs, parse_pairs
 from kata.serve.channel import Peer
-from kata.serve.codec import Codec, FrameError, _blob_of
+from kata.serve.codec import Codec, FrameError, _blob_of, write_frame
 
 #: Models the trusted side's session fixtures use, by name.
 SESSION_MODEL_NAMES = ("tiny-gpt2", "smollm2", SMOLLM2_FIRST_BLOCKS)
@@ -149,8 +160,10 @@ class Exercise:
     """One exercise's child: the learner's module and what a test gave it."""
 
     def __init__(self, models: Models, module_name: str, root: Path,
-                 impl_dir: Path | None = None):
+                 impl_dir: Path | None = None, call_seconds: float = 0.0):
         self.models = models
+        self.call_seconds = call_seconds  # the deadline of one call (0: none)
+        self.depth = 0  # calls in progress: a callback may lead to a call inside a call
         self.root = root
         self.impl_dir = impl_dir or root / "exercises"
         self.module_name = module_name
@@ -216,11 +229,18 @@ class Exercise:
         versions = [getattr(t, "_version", None) for t in decoder.table]
         handles = self._instrument(message.get("instrument", []))
         error = None
+        self.depth += 1
+        if self.depth == 1 and self.call_seconds > 0:
+            # SIGALRM's default action ends the process, even in the middle of C code
+            signal.setitimer(signal.ITIMER_REAL, self.call_seconds)
         try:
             result = function(*args, **kwargs)
         except BaseException as raised:  # noqa: BLE001 - the learner's; it crosses as data
             error, result = raised, None
         finally:
+            if self.depth == 1:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            self.depth -= 1
             for handle in handles:
                 handle.remove()
         encoder = SandboxCodec(self, known={id(o): i for i, o in enumerate(decoder.table)})
@@ -526,14 +546,15 @@ def _cap_cpu(seconds: int) -> None:
 
 
 def _serve_exercise(models: Models, root: Path, module: str, read_fd: int, write_fd: int,
-                    cpu_seconds: int) -> int:
+                    cpu_seconds: int, call_seconds: float) -> int:
     try:
         with open("/proc/self/oom_score_adj", "w") as handle:
             handle.write("500")  # the out-of-memory killer takes a child before the master
     except OSError:
         pass
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)  # a call past its deadline ends the process
     _cap_cpu(cpu_seconds)
-    exercise = Exercise(models, module, root)
+    exercise = Exercise(models, module, root, call_seconds=call_seconds)
     exercise.import_module()
     exercise.peer = Peer(read_fd, write_fd, exercise.serve)
     exercise.peer.serve_forever()
@@ -566,57 +587,149 @@ def load_session() -> Models:
     return models
 
 
-def parse_channel(spec: str) -> tuple[str, int, int, str]:
-    """``EXERCISE=READ_FD,WRITE_FD,MODULE`` as ``(exercise, read_fd, write_fd, module)``."""
+def parse_channel(spec: str) -> tuple[str, str, Pairs]:
+    """``EXERCISE=MODULE:READ,WRITE;READ,WRITE`` as ``(exercise, module, channels)``: the
+    exercise's channels, one per generation of its learner process."""
     exercise_id, rest = spec.split("=", 1)
-    read_fd, write_fd, module = rest.split(",", 2)
-    return exercise_id, int(read_fd), int(write_fd), module
+    module, pairs = rest.split(":", 1)
+    return exercise_id, module, parse_pairs(pairs)
 
 
-def serve(models: Models, root: Path, channels: list[tuple[str, int, int, str]],
-          cpu_seconds: int) -> int:
-    """Say the server is ready, fork one child per exercise's channel (each imports its file and
-    answers on its pipes), and say how each ended. ``channels``: :func:`parse_channel`'s."""
+def _waiting_bytes(fd: int) -> int:
+    """How many bytes wait in the pipe ``fd`` (0 at its end, once the writer closed it)."""
+    count = bytearray(4)
+    fcntl.ioctl(fd, termios.FIONREAD, count)
+    return int.from_bytes(count, sys.byteorder)
+
+
+class Lineage:
+    """One exercise's learner processes, one after another, each on a channel of its own."""
+
+    def __init__(self, exercise_id: str, module: str, pairs: Pairs):
+        self.exercise_id, self.module = exercise_id, module
+        self.spare = list(pairs)  # channels no process has served yet
+        self.pid: int | None = None  # the running process
+        self.ended: dict = {}  # how the last process ended, for the next channel's first words
+        self.done = False  # the trusted side closed the next channel: no process is wanted
+
+    def fds(self) -> set[int]:
+        return {fd for pair in self.spare for fd in pair}
+
+    def close_spares(self) -> None:
+        for fd in self.fds():
+            os.close(fd)
+        self.spare = []
+
+    def asked(self) -> bool | None:
+        """Whether the trusted side wrote on the next channel (True), closed it (None: it is done
+        with this exercise), or neither yet (False)."""
+        if not self.spare:
+            return None
+        read_fd = self.spare[0][0]
+        if not select.select([read_fd], [], [], 0)[0]:
+            return False
+        return True if _waiting_bytes(read_fd) else None
+
+
+def _fork_generation(lineage: Lineage, models: Models, root: Path, others: set[int],
+                     cpu_seconds: int, call_seconds: float) -> None:
+    """Start the lineage's next process on its next channel (first saying there how the one
+    before ended, when there was one)."""
+    read_fd, write_fd = lineage.spare.pop(0)
+    if lineage.ended:
+        write_frame(write_fd, {"op": "ended", "id": 0, **lineage.ended}, [])
+        lineage.ended = {}
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            for fd in others | lineage.fds():
+                os.close(fd)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            code = _serve_exercise(models, root, lineage.module, read_fd, write_fd, cpu_seconds,
+                                   call_seconds)
+        except BaseException:  # noqa: BLE001 - whatever the child did, it ends here
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(read_fd)
+    os.close(write_fd)
+    lineage.pid = pid
+
+
+def _reap(lineages: dict[int, Lineage], pid: int, status: int, usage) -> None:
+    """Note how the process ``pid`` ended, on standard error and for its lineage's next one."""
+    lineage = lineages.pop(pid, None)
+    if lineage is None:
+        return
+    lineage.pid = None
+    cpu = usage.ru_utime + usage.ru_stime
+    sys.stderr.write(f"kata-learner-cpu {lineage.exercise_id} {cpu:.2f}\n")
+    ended = {"max_rss_mb": round(usage.ru_maxrss / 1024, 1)}
+    if os.WIFSIGNALED(status):
+        ended["signal"] = os.WTERMSIG(status)
+        said = f"signal {ended['signal']}"
+    else:
+        ended["code"] = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
+        said = f"code {ended['code']}"
+    lineage.ended = {**lineage.ended, **ended}
+    sys.stderr.write(f"kata-learner-ended {lineage.exercise_id} {said}\n")
+    sys.stderr.flush()
+
+
+def _end(lineage: Lineage, running: dict[int, Lineage], wait: float = 1.0) -> None:
+    """The trusted side asks for the lineage's next process while this one has not been reaped:
+    it is ending (its channel closed as it died), or the trusted side gave up waiting for its
+    answer. Give it ``wait`` seconds to end by itself, then stop it."""
+    ends = time.monotonic() + wait
+    while time.monotonic() < ends:
+        pid, status, usage = os.wait4(lineage.pid, os.WNOHANG)
+        if pid:
+            _reap(running, pid, status, usage)
+            return
+        time.sleep(0.01)
+    os.kill(lineage.pid, signal.SIGKILL)
+    lineage.ended = {"killed": True}
+    _reap(running, *os.wait4(lineage.pid, 0))
+
+
+def serve(models: Models, root: Path, channels: list[tuple[str, str, Pairs]],
+          cpu_seconds: int, call_seconds: float = 0.0) -> int:
+    """Say the server is ready, start each exercise's first learner process (each imports its
+    file and answers on its channel), start the next one on the next channel when the trusted
+    side asks there, and say how each ended. ``channels``: :func:`parse_channel`'s."""
     sys.path.insert(0, str(root))
     _no_dumping()
     sys.stderr.write("kata-learner-ready\n")  # grading.box.runner.LEARNER_READY
     sys.stderr.flush()
-    children = {}
-    for index, (exercise_id, read_fd, write_fd, module) in enumerate(channels):
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                for other, (_, r, w, _) in enumerate(channels):
-                    if other != index:
-                        os.close(r)
-                        os.close(w)
-                signal.signal(signal.SIGINT, signal.SIG_DFL)
-                code = _serve_exercise(models, root, module, read_fd, write_fd, cpu_seconds)
-            except BaseException:  # noqa: BLE001 - whatever the child did, it ends here
-                traceback.print_exc()
-            finally:
-                os._exit(code)
-        children[pid] = exercise_id
-    for _, read_fd, write_fd, _ in channels:
-        os.close(read_fd)
-        os.close(write_fd)
-    while children:  # say how each ended: the grader names a crash by its signal
+    lineages = [Lineage(*channel) for channel in channels]
+    running: dict[int, Lineage] = {}
+
+    def start(lineage: Lineage) -> None:
+        others = set().union(*(other.fds() for other in lineages if other is not lineage))
+        _fork_generation(lineage, models, root, others, cpu_seconds, call_seconds)
+        running[lineage.pid] = lineage
+
+    for lineage in lineages:
+        start(lineage)
+    while running or any(lineage.spare for lineage in lineages):
+        for lineage in lineages:
+            asked = lineage.asked()
+            if asked is None and lineage.spare:  # the trusted side is done with it
+                lineage.close_spares()
+            elif asked:
+                if lineage.pid is not None:
+                    _end(lineage, running)
+                start(lineage)
         try:
-            pid, status, usage = os.wait4(-1, 0)
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
         except ChildProcessError:
-            break
-        exercise_id = children.pop(pid, None)
-        if exercise_id is None:
+            pid = 0
+        if pid:
+            _reap(running, pid, status, usage)
             continue
-        sys.stderr.write(f"kata-learner-cpu {exercise_id} "
-                         f"{usage.ru_utime + usage.ru_stime:.2f}\n")
-        if os.WIFSIGNALED(status):
-            ended = f"signal {os.WTERMSIG(status)}"
-        else:
-            ended = f"code {os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1}"
-        sys.stderr.write(f"kata-learner-ended {exercise_id} {ended}\n")
-        sys.stderr.flush()
+        waiting = [lineage.spare[0][0] for lineage in lineages if lineage.spare]
+        select.select(waiting, [], [], 0.05)
     return 0
 
 
@@ -625,15 +738,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kata.serve.server")
     parser.add_argument("--root", required=True, help="the folder holding exercises/")
     parser.add_argument("--channel", action="append", default=[],
-                        metavar="EXERCISE=READ_FD,WRITE_FD,MODULE")
+                        metavar="EXERCISE=MODULE:READ_FD,WRITE_FD;...")
     parser.add_argument("--cpu", type=int, default=0, help="CPU seconds per exercise's child")
+    parser.add_argument("--call-seconds", type=float, default=0.0,
+                        help="the deadline of one call of a learner's function (0: none)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:
         models = load_session()
     except MachineFault as error:  # before the ready line: the grader blames the machine
         sys.stderr.write(f"kata-learner-failed: {error}\n")
         return 1
-    return serve(models, Path(args.root), [parse_channel(c) for c in args.channel], args.cpu)
+    return serve(models, Path(args.root), [parse_channel(c) for c in args.channel], args.cpu,
+                 args.call_seconds)
 
 
 if __name__ == "__main__":

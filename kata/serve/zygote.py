@@ -40,12 +40,13 @@ import socket
 import sys
 from pathlib import Path
 
-from kata.serve.server import MachineFault, say_phase, load_session, serve
+from kata.serve.server import MachineFault, load_session, say_phase, serve
 
 #: Largest request, bytes (a few hundred in practice).
 MAX_REQUEST = 16_384
-#: Most descriptors one request may carry (7 exercises: 14 channel ends, 6 namespaces, ...).
-MAX_FDS = 48
+#: Most descriptors one request may carry (8 exercises of 4 channels: 64 channel ends, 6
+#: namespaces, the cgroup, standard error, the reply socket); the kernel passes 253 at most.
+MAX_FDS = 253
 #: The namespaces a submission's sandbox has of its own, joined in this order (the process tree
 #: before the mounts; a new process tree takes effect in the next child).
 NAMESPACES = ("ipc", "uts", "net", "cgroup", "pid", "mnt")
@@ -119,8 +120,11 @@ def _spawn(control: socket.socket, models, message: bytes, fds: list[int]) -> No
         n_ns, n_cgroups = len(request["namespaces"]), int(request["cgroups"])
         namespace_fds, cgroup_fds = rest[:n_ns], rest[n_ns:n_ns + n_cgroups]
         channel_fds = rest[n_ns + n_cgroups:]
-        channels = [(exercise_id, channel_fds[2 * i], channel_fds[2 * i + 1], module)
-                    for i, (exercise_id, module) in enumerate(request["channels"])]
+        channels, used = [], 0
+        for exercise_id, module, count in request["channels"]:
+            ends = channel_fds[used:used + 2 * count]
+            channels.append((exercise_id, module, list(zip(ends[::2], ends[1::2]))))
+            used += 2 * count
         os.dup2(stderr, 2)
         _close_all_but({reply, *namespace_fds, *cgroup_fds, *channel_fds})
         join(request, namespace_fds, cgroup_fds)
@@ -133,7 +137,8 @@ def _spawn(control: socket.socket, models, message: bytes, fds: list[int]) -> No
             say_phase("joined")
             served = 1
             try:
-                served = serve(models, Path(request["root"]), channels, int(request["cpu"]))
+                served = serve(models, Path(request["root"]), channels, int(request["cpu"]),
+                               float(request["call_seconds"]))
             finally:
                 os._exit(served)
         os.write(reply, b"ok")
