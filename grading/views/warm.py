@@ -36,7 +36,10 @@ def rerun(root: Path, exercise: Exercise, impl: str, quiet: bool = False,
     sys.modules.pop(exercise.import_name(impl), None)  # so the saved file is imported afresh
     started = time.perf_counter()
     arguments = [str(Path(root) / exercise.tests), "--impl", impl, "-p", "no:cacheprovider",
-                 "--rootdir", str(root), "-q" if not quiet else "-qq"]
+                 "--rootdir", str(root), "-q" if not quiet else "-qq",
+                 # the second run meets the modules the first imported: pytest cannot rewrite
+                 # their asserts again, and would say so in every run
+                 "-W", "ignore::pytest.PytestAssertRewriteWarning"]
     if record is not None:
         arguments += ["-p", "grading.core.recorder", "--kata-record", str(record)]
     code = pytest.main(arguments)
