@@ -20,9 +20,13 @@ import pytest
 
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = sorted((ROOT / "tests").glob("test_ex*.py")) + [ROOT / "tests" / "support.py"]
-# The errors the kata and the reference solutions raise reach the learner too.
-RAISING = sorted((ROOT / "kata").rglob("*.py")) + sorted((ROOT / "solutions").glob("ex*.py"))
+#: Every exercise's test code (its test files and the checks beside them), and the shared code
+#: that words what a test shows (each must hold messages: a rename of a helper shows here).
+SOURCES = sorted(p for p in (ROOT / "course").glob("ex*/*.py")
+                 if p.name.startswith("test_") or p.name == "checks.py") \
+    + [ROOT / "course" / "shared" / name for name in ("support.py", "secret.py", "plugin.py")]
+# The errors the learner kit and the reference solutions raise reach the learner too.
+RAISING = sorted((ROOT / "kata").rglob("*.py")) + sorted((ROOT / "course").glob("ex*/solution.py"))
 
 # callee name -> the positions and keywords of its arguments that a learner reads
 MESSAGE_ARGUMENTS = {
@@ -165,7 +169,7 @@ def test_the_renderer_finds_a_forgotten_f_prefix():
     assert not math.isnan(float(Sample()))
 
 
-@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_message_renders_without_a_leftover_placeholder(path):
     found = [(line, expression) for line, expression in messages(path) if has_text(expression)]
     assert found, f"no messages found in {path.name}: has the helpers' naming changed?"
