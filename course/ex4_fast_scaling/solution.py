@@ -33,22 +33,20 @@ def fast_scaling_experiment(model, input_ids, target_id, factor=0.8):
 
     ``input_ids`` is one sequence, ``(1, T)`` or ``(T,)``; ``target_id`` the token whose
     log-probability is measured; ``factor`` the scale applied to one block's output per row. The
-    batch starts as the one clean sequence. A forward hook on every block (registered with
-    ``prepend=True``) returns the block's output with one row appended: the clean row (row 0) times
-    ``factor``, ``torch.cat([hidden, hidden[:1] * factor])`` (a block may return a tuple,
-    transformers up to 5.2, or a tensor). After block ``j`` the batch holds the clean row followed
-    by the rows scaled at blocks ``0 .. j``, so block ``j`` runs on ``j + 1`` rows, never on a row
-    that would only repeat the clean one (trick 2). Rows never mix (trick 1). Run
-    ``model.base_model`` (the blocks and the final norm, without the unembedding) with
-    ``use_cache=False``, then ``model.get_output_embeddings()`` on the last position only,
-    ``final[:, -1]`` (trick 3), and take the log-softmax of each row.
+    batch starts as the one clean sequence, and a forward hook on every block adds one row to what
+    the block outputs: a copy of the clean row (row 0) times ``factor``. After block ``j`` the
+    batch holds the clean row followed by the rows scaled at blocks ``0 .. j``, so block ``j`` runs
+    on ``j + 1`` rows, never on a row that would only repeat the clean one (trick 2). Rows never
+    mix (trick 1). Only the last position's vectors go through the unembedding (trick 3); each
+    row's log-softmax then gives one value, and the clean row is not one of the answers. A block
+    may return a tuple (transformers up to 5.2) or a tensor.
 
     Returns a float32 CPU tensor of shape ``(n_layers,)``: entry ``i`` is the target's
     log-probability with block ``i``'s output scaled, as in ``scaling_experiment``. Every hook is
     removed before returning, also when the forward pass raises. Raises ``ValueError`` when
     ``target_id`` is not a token id of the model (say "token id" in the message) or when the input
-    is empty or longer than the model's context (``kata.one_sequence(input_ids, model)`` checks the
-    input for you, ``kata.token_id(target_id, vocab_size)`` the id).
+    is empty or longer than the model's context (``kata.one_sequence`` checks the input for you,
+    ``kata.token_id`` the id).
 
     Hint: Rows of a batch never interact, and before block i a row is still the clean run: start
     with one clean row and, after each block, append a scaled copy of the clean row.

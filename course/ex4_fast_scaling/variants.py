@@ -2,7 +2,8 @@
 
 Each ``code`` is executed on top of ``course/ex4_fast_scaling/solution.py`` (``torch`` and ``kata`` are
 in scope). A learner writes the hook factory too (the solution's is private), so each variant
-brings its own. Every test of ``course/ex4_fast_scaling/test_public.py`` must pass with each of them.
+brings its own. Every test of ``course/ex4_fast_scaling/`` (public and secret) must pass with
+each of them.
 """
 
 from course.shared.catalogue import Variant
