@@ -28,8 +28,10 @@ the number of tokens the layer prefers to the one in question: 0 means top.
 
 The lesson is in the numbers. On GPT-2 the lens reads sensible guesses from the middle blocks on.
 On SmolLM2 (a Llama-family model) it is nearly blind until the last few blocks: the plain logit
-lens works better on GPT-2 than on Llama-family models, which is why the tuned lens (a learned
-translation per layer) exists.
+lens works better on GPT-2 than on Llama-family models. Are the middle layers of SmolLM2 really
+ignorant of the next token, or do they only speak another language than the output's? That
+question is why the tuned lens (a learned translation per layer, which a later exercise trains)
+exists.
 """
 
 import matplotlib.pyplot as plt  # noqa: F401 - for the plots
@@ -43,20 +45,20 @@ def logit_lens(model, hidden_states, positions=None):
 
     ``hidden_states`` has shape ``(n_layers + 1, T, d_model)``, as exercise 1's
     ``get_hidden_states`` returns them; ``positions`` is ``None`` for every position, or a list of
-    positions (negative ones count from the end, as in Python). For layer ``i < n_layers`` apply
-    the model's final norm (``kata.final_norm(model)``), then the unembedding
-    (``model.get_output_embeddings()``), then log-softmax over the vocabulary, under
-    ``torch.no_grad()``. The last hidden state already went through the final norm inside the
-    model, so it goes straight to the unembedding: norming it again would apply the norm twice. Its
-    row then equals the model's own log-probabilities. The result is large for a long text, so
-    compute one layer at a time into a preallocated float32 tensor, and pass ``positions`` when you
-    need only a few of them.
+    positions (negative ones count from the end, as in Python). Each hidden state but the last is
+    read as the model reads its last one: the model's final norm (``kata.final_norm``), then the
+    unembedding (``model.get_output_embeddings()``), then a log-softmax over the vocabulary. The
+    last hidden state already went through the final norm inside the model, so it goes straight to
+    the unembedding: norming it again would apply the norm twice. Its row then equals the model's
+    own log-probabilities. Nothing here needs gradients. The result is large for a long text
+    (GPT-2 on 1,024 tokens: 13 x 1024 x 50257 floats, 2.7 GB), so never hold more than one layer's
+    logits at a time, and pass ``positions`` when you need only a few of them.
 
     Returns a float32 CPU tensor of shape ``(n_layers + 1, P, vocab_size)`` (P = T when
     ``positions`` is None), detached from autograd; ``result[i, p].exp()`` sums to 1. Raises
     ``ValueError`` when ``hidden_states`` is not ``(n_layers + 1, T, d_model)`` for this model; it
     raises ``IndexError`` naming the valid range when a position is not one of the T tokens
-    (``kata.token_index(position, T, "position")`` checks it and returns the position).
+    (``kata.token_index`` checks a position and returns it counted from the start).
 
     Hint: Read hidden state i as the model reads its last one: final norm, then the unembedding,
     then log-softmax over the vocabulary.
@@ -77,13 +79,14 @@ def true_token_ranks(lens, input_ids):
     ``input_ids`` the text's ids, ``(1, T)`` or ``(T,)``. Position ``t`` predicts token ``t + 1``,
     so the last position has nothing to be checked against. A rank is how many tokens get a
     strictly higher log-probability than the true one: 0 is the top token, 1 the second (never
-    1-based). ``torch.gather`` picks each true token's log-probability, and comparing it with the
-    whole row counts who beats it; count one layer at a time, which keeps the memory small.
+    1-based). Counting over a whole lens at once takes memory in proportion to it: count a layer
+    at a time.
 
     Returns an int64 tensor of shape ``(n_layers + 1, T - 1)``. Raises ``ValueError`` when ``lens``
     does not have one position per token of ``input_ids``.
 
-    Hint: Position t predicts token t + 1: pair lens[:, :-1] with input_ids[1:].
+    Hint: Position t predicts token t + 1: the predictions of positions 0 .. T - 2 are checked
+    against tokens 1 .. T - 1.
 
     On the models: on SmolLM2 with the Kafka text the median rank is about 26,000 at the embedding
     layer, a few hundred in the middle blocks, about 20 after block L27 and 5 at the output: the
@@ -100,14 +103,13 @@ def target_rank_by_layer(lens, target_id, position=-1):
 
     ``lens`` has shape ``(n_layers + 1, P, vocab_size)``; ``target_id`` is a token id (from
     exercise 3's ``target_token_id``); ``position`` one of the P positions (default the last: the
-    prediction for the token after the text). ``row = lens[:, position]`` is ``(n_layers + 1,
-    vocab_size)``; the rank counts the entries greater than ``row[:, target_id]``, so rank 0 is the
-    top token.
+    prediction for the token after the text). At each layer the rank counts the tokens whose
+    log-probability at that position is strictly higher than the target's, so rank 0 is the top
+    token.
 
     Returns an int64 tensor of shape ``(n_layers + 1,)``. Raises ``ValueError`` if ``target_id`` is
-    not a token id (``kata.token_id(target_id, vocab_size)``); it raises ``IndexError`` naming the
-    valid range if ``position`` is not one of the P positions (``kata.token_index(position, P,
-    "position")``).
+    not a token id (``kata.token_id`` checks it); it raises ``IndexError`` naming the valid range
+    if ``position`` is not one of the P positions (``kata.token_index`` checks it).
 
     Hint: A rank counts the tokens a layer prefers: the log-probabilities strictly higher than the
     target's at that position.
@@ -123,13 +125,13 @@ def target_rank_by_layer(lens, target_id, position=-1):
 def top_tokens_by_layer(lens, tokenizer, position=-1, k=5):
     """The ``k`` tokens each layer finds most likely at one position, as text.
 
-    ``torch.topk(lens[:, position], k, dim=-1).indices`` is ``(n_layers + 1, k)``: the ids of each
-    layer's ``k`` largest log-probabilities. Each becomes ``tokenizer.decode([token_id])``, which
-    keeps the token's leading space (``" insect"``, not ``"insect"`` or ``"Ġinsect"``).
+    Each layer's ``k`` largest log-probabilities at ``position`` give ``k`` token ids, most likely
+    first; each id becomes its text as the tokenizer decodes it, which keeps the token's leading
+    space (``" insect"``, not ``"insect"`` or the tokenizer's internal piece ``"Ġinsect"``).
 
     Returns a list of ``n_layers + 1`` lists (one per layer, embedding layer first), each of ``k``
     strings, most likely first. Raises ``IndexError`` naming the valid range if ``position`` is not
-    one of the positions of ``lens`` (``kata.token_index(position, P, "position")``).
+    one of the positions of ``lens`` (``kata.token_index`` checks it).
 
     Hint: Each layer's k largest log-probabilities at that position, turned into text.
 
@@ -151,20 +153,18 @@ def plot_logit_lens(lens, tokenizer, input_ids):
     """The classic logit-lens picture: rows are layers, columns are positions.
 
     ``lens`` is ``logit_lens`` for every position of ``input_ids``, ``(n_layers + 1, T,
-    vocab_size)``. Draw with ``ax.imshow`` an image whose row ``i``, column ``t`` is the top
-    log-probability of layer ``i`` at position ``t`` (array shape ``(n_layers + 1, T)``), with
-    ``origin="lower"``: imshow puts row 0 at the top unless told otherwise, and the output should
-    be the top row, the layers climbing towards it. Add a colorbar, and in every cell the top
-    token's text (``tokenizer.decode``, cut to 8 characters) with ``ax.text(t, i, ...)``. Label the
-    columns with the input tokens (position ``t`` predicts what follows token ``t``), the rows
-    ``"Emb", "L0", "L1", ...``, the x axis "Input token", the y axis "Layer". ``top =
-    lens.max(dim=-1)`` gives both the values (the colours) and the indices (the texts); the maximum
-    is over the vocabulary, the last dimension.
+    vocab_size)``. Draw an image (``ax.imshow``) whose row ``i``, column ``t`` is the top
+    log-probability of layer ``i`` at position ``t``, the maximum over the vocabulary (an array of
+    shape ``(n_layers + 1, T)``), with the embedding layer as the bottom row and the output as the
+    top one, the layers climbing towards it as the model computes them. Add a colorbar, and write
+    in every cell the top token's text, cut to 8 characters. Label the columns with the input
+    tokens (position ``t`` predicts what follows token ``t``), the rows ``"Emb", "L0", "L1", ...``,
+    the x axis "Input token", the y axis "Layer".
 
     Returns the ``matplotlib.figure.Figure``.
 
-    Hint: lens.max(dim=-1) gives the colours (values) and the texts (indices), both (n_layers + 1,
-    T).
+    Hint: The maximum over the vocabulary gives both the colours (its values) and the texts (its
+    indices), each (n_layers + 1, T).
 
     On the models: it must stay legible for SmolLM2's 31 layers: make the figure about 0.3 inch per
     layer tall and about 0.8 inch per position wide, with small (about 7 point) cell texts.
@@ -179,15 +179,15 @@ def plot_rank_by_layer(ranks_by_text):
 
     ``ranks_by_text`` is a dict ``{label: ranks}`` with ``ranks`` from ``true_token_ranks``, shape
     ``(n_layers + 1, T - 1)``, e.g. ``{"penguin": ..., "Kafka": ...}``. For each text draw one line
-    (``ax.plot``) with ``x = 0 .. n_layers`` and ``y = median rank + 1`` (a log axis cannot show 0,
-    so the top token is drawn at 1; ``ranks.float().median(dim=1).values`` is ``(n_layers + 1,)``),
-    labelled with the text's label (``label=``, then ``ax.legend()``). Use a log y-axis
-    (``ax.set_yscale("log")``), the x ticks ``"Emb", "L0", "L1", ...``, the y label "Median rank of
-    the true next token (1 = top)", the x label "Layer".
+    with ``x = 0 .. n_layers`` and ``y`` the median rank over the positions plus 1 (a log axis
+    cannot show 0, so the top token is drawn at 1), labelled with the text's label, and add a
+    legend. Use a logarithmic y axis, the x ticks ``"Emb", "L0", "L1", ...``, the y label "Median
+    rank of the true next token (1 = top)", the x label "Layer".
 
     Returns the ``matplotlib.figure.Figure``.
 
-    Hint: One ax.plot per text, with label=, and ax.set_yscale('log').
+    Hint: One line per text, labelled, on a logarithmic y axis; the median, not the mean, which
+    one badly ranked token drags up.
 
     Post: a summary of ``plot_logit_lens`` for the penguin and Kafka texts of demos 1 and 3.
     """
