@@ -49,7 +49,7 @@ from types import ModuleType
 
 from grading.views.commands import grader_command
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 SOURCES = NOTEBOOKS / "src"
 SETUP_SOURCE = SOURCES / "_setup.py"
@@ -504,8 +504,8 @@ def check(n: int, timeout: float = 120.0, full: bool = False) -> CheckResult:
     at once, without running the tests (they would all stop at a stub: the maintainer suite
     checks that); ``full=True`` runs them anyway.
     """
-    from grading.grading.results import summarize, untouched_result
-    from grading.grading.runner import run_tests
+    from grading.core.results import summarize, untouched_result
+    from grading.box.runner import run_tests
 
     entry, impl = manifest_entry(n), implementation()
     if not full and _untouched(entry, impl):
@@ -539,8 +539,8 @@ def _kernel_worker():
     ``KATA_MODEL``, which no test reads) or it was lost; ``(None, None)`` when it cannot be
     started (each check then starts a worker of its own)."""
     global _WORKER
-    from grading.grading.batch_worker import BatchWorker
-    from grading.grading.runner import fresh_secret_seed, tests_environment, trusted_environment
+    from grading.box.batch_worker import BatchWorker
+    from grading.box.runner import fresh_secret_seed, tests_environment, trusted_environment
     from grading.core.declarations import load_exercises
 
     environment = tests_environment(ROOT, None)

@@ -31,16 +31,18 @@ SANDBOX = sandbox_available()[0]
 
 def test_a_workers_arguments_cross_to_the_batch_worker_with_its_channels():
     args = WorkerArgs(record="/r.jsonl", impl="exercises", deselect="/d.json", basetemp="/t",
-                      tests=[("ex1", "/k/tests/test_ex1.py"), ("ex2", "/k/tests/test_ex2.py")],
-                      timeout=60.0, startup=90.0, lanes=2, remote={"ex1": (7, 8), "ex2": (9, 10)},
-                      pytest=["-q"])
+                      tests=[("ex1", "/k/course/ex1_a"), ("ex2", "/k/course/ex2_b")],
+                      timeout=60.0, startup=90.0, lanes=2,
+                      remote={"ex1": [(7, 8), (11, 12)], "ex2": [(9, 10)]}, pytest=["-q"])
     message = args.to_message()
-    assert args.fds() == [7, 8, 9, 10]
-    assert message["remote"] == {"ex1": [0, 1], "ex2": [2, 3]}  # places, not this process's fds
-    received = WorkerArgs.from_message(message, [20, 21, 22, 23])
-    assert received.remote == {"ex1": (20, 21), "ex2": (22, 23)}
+    assert args.fds() == [7, 8, 11, 12, 9, 10]
+    # places, not this process's fds
+    assert message["remote"] == {"ex1": [[0, 1], [2, 3]], "ex2": [[4, 5]]}
+    received = WorkerArgs.from_message(message, [20, 21, 22, 23, 24, 25])
+    assert received.remote == {"ex1": [(20, 21), (22, 23)], "ex2": [(24, 25)]}
     assert received.tests == args.tests and received.pytest == ["-q"]
-    assert "--remote" in received.argv() and "ex2=22,23" in received.argv()
+    assert "--remote" in received.argv() and "ex1=20,21;22,23" in received.argv()
+    assert "ex2=24,25" in received.argv()
 
 
 def test_reference_values_are_computed_once_per_batch(monkeypatch, tmp_path):

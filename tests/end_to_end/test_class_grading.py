@@ -684,7 +684,7 @@ def test_only_the_stub_as_handed_out_is_graded_without_its_tests(template, tmp_p
     the stub can only lose its own points."""
     ran = []
 
-    def grade_exercise(number, root, timeout):
+    def grade_exercise(number, root, timeout, **options):
         ran.append(number)
         return SubmissionResult("exercises", [ExerciseResult(BY_ID["ex4"], Status.FAILING, [],
                                                              "the tests ran")])
