@@ -594,10 +594,12 @@ def test_the_learners_code_cannot_blame_the_machine(batch, name):
     """Raising the kata's ModelNotAvailable, pushing the server's ready line out of the stderr
     tail before a crash, or answering calls with a reply that says a model did not load, made
     the exercise an "environment error" ("the machine, not the code, failed ... grade again"):
-    the learner's failure is its own."""
+    the learner's failure is its own. (The flood ends its process in one function: since a fault
+    costs only its function, the exercise's other functions still earn their share.)"""
     row = _row(batch, name)
-    assert row.status is not Status.ENVIRONMENT_ERROR and row.points == 0, (row.status,
-                                                                            row.message)
+    assert row.status is not Status.ENVIRONMENT_ERROR, (row.status, row.message)
+    assert "cosine_similarity_matrix" not in row.confirmed, (row.confirmed, row.points)
+    assert row.points < row.max_points, (row.status, row.message)
     assert not any(t.diagnosis == "environment-fault" for t in row.tests), row.message
 
 
