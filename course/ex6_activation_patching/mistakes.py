@@ -41,7 +41,8 @@ def patch_hook(position, new_hidden):
 
 # A complete patching_effect written by a learner, with a slot for each step a mistake changes:
 # the checks (CHECKS), the cache (CACHE: clean block outputs; SOURCE: the vector for (l, p)), the
-# run that is patched (PATCHED), the hook's life (RUN) and the normalisation (RESULT).
+# loops (LOOP, over POSITIONS, storing each metric with STORE), the run that is patched
+# (PATCHED), the hook's life (RUN) and the normalisation (RESULT).
 _patching = template('''
 def _block_outputs(model, input_ids):
     outputs = []
@@ -70,11 +71,7 @@ def patching_effect(model, clean_ids, corrupted_ids, good_id, bad_id):
         raise ValueError("nothing to restore: both prompts give the same metric")
     n_tokens = clean_ids.shape[1]
     effect = torch.zeros(len(kata.blocks(model)), n_tokens)
-    for layer, block in enumerate(kata.blocks(model)):
-        for position in range(n_tokens):
-            handle = block.register_forward_hook(patch_hook(position, {SOURCE}), prepend=True)
-            {RUN}
-            effect[layer, position] = logit_difference(logits, good_id, bad_id).item()
+    {LOOP}
     return {RESULT}
 ''', CHECKS='''
 if clean_ids.shape != corrupted_ids.shape:
@@ -82,7 +79,15 @@ if clean_ids.shape != corrupted_ids.shape:
 ''', CACHE='''
 clean, clean_logits = _block_outputs(model, clean_ids)
 corrupted, corrupted_logits = _block_outputs(model, corrupted_ids)
-''', SOURCE="clean[layer][position]", RUN='''
+''', LOOP='''
+for layer, block in enumerate(kata.blocks(model)):
+    for position in {POSITIONS}:
+        handle = block.register_forward_hook(patch_hook(position, {SOURCE}), prepend=True)
+        {RUN}
+        {STORE}
+''', POSITIONS="range(n_tokens)",
+    STORE="effect[layer, position] = logit_difference(logits, good_id, bad_id).item()",
+    SOURCE="clean[layer][position]", RUN='''
 try:
     with torch.no_grad():
         logits = model({PATCHED}).logits[0]
@@ -100,7 +105,8 @@ clean = [h[0] for h in clean_run.hidden_states]  # index 0 is the embeddings
 '''
 
 # The fast version, its batch built per block (FAST_RUN) or grown in one pass from the corrupted
-# row alone, after a clean run that fills the cache.
+# row alone (by the HOOKS), after a clean run that fills the cache; ROWS: the patched runs'
+# metrics.
 _fast = template('''
 def fast_patching_effect(model, clean_ids, corrupted_ids, good_id, bad_id):
     clean_ids = kata.one_sequence(clean_ids, model)
@@ -115,7 +121,7 @@ def fast_patching_effect(model, clean_ids, corrupted_ids, good_id, bad_id):
     clean_metric, corrupted_metric = metrics[0].item(), metrics[1].item()
     if abs(clean_metric - corrupted_metric) < 1e-6:
         raise ValueError("nothing to restore")
-    effect = metrics[2:].reshape(-1, n_tokens)
+    effect = {ROWS}.reshape(-1, n_tokens)
     return ((effect - corrupted_metric) / (clean_metric - corrupted_metric)).float()
 ''', FAST_RUN='''
 clean = []
@@ -128,7 +134,18 @@ try:
 finally:
     for handle in handles:
         handle.remove()
-
+{CLEAN_AGAIN}
+{HOOKS}
+try:
+    with torch.no_grad():
+        final = model.base_model(input_ids=corrupted_ids, use_cache=False).last_hidden_state
+        logits = {UNEMBED}
+finally:
+    for handle in handles:
+        handle.remove()
+metrics = torch.cat([logit_difference(clean_logits, good_id, bad_id),
+                     logit_difference(logits, good_id, bad_id)])
+''', CLEAN_AGAIN="", HOOKS='''
 def grow(layer):
     def hook(module, inputs, output):
         hidden = output[0] if isinstance(output, tuple) else output
@@ -139,16 +156,54 @@ def grow(layer):
     return hook
 
 handles = [b.register_forward_hook(grow(l), prepend=True) for l, b in enumerate(kata.blocks(model))]
+''', UNEMBED="model.get_output_embeddings()(final[:, -1:])", ROWS="metrics[2:]")
+
+# The hooks made in a loop that read the loop's variables when they run: every block gets the
+# last block's clean vectors (Python's late binding).
+_LATE_BINDING_HOOKS = '''
+handles = []
+for layer, block in enumerate(kata.blocks(model)):
+    def hook(module, inputs, output):
+        hidden = output[0] if isinstance(output, tuple) else output
+        new = hidden[:1].repeat(n_tokens, 1, 1)
+        new[diagonal, diagonal] = clean[layer]
+        grown = torch.cat([hidden, new])
+        return (grown, *output[1:]) if isinstance(output, tuple) else grown
+    handles.append(block.register_forward_hook(hook, prepend=True))
+'''
+
+# The patched rows added before each block (a forward pre-hook), from output_hidden_states[l],
+# the block's input: every patch lands one block early.
+_GROWN_BEFORE_THE_BLOCK = '''
+with torch.no_grad():
+    clean_run = model(clean_ids, output_hidden_states=True)
+clean_logits = clean_run.logits
+clean = [h[0] for h in clean_run.hidden_states]  # the embeddings first
+
+
+def grow(layer):
+    def hook(module, args, kwargs):
+        hidden = args[0] if args else kwargs["hidden_states"]
+        new = hidden[:1].repeat(n_tokens, 1, 1)
+        new[diagonal, diagonal] = clean[layer]
+        grown = torch.cat([hidden, new])
+        if args:
+            return (grown, *args[1:]), kwargs
+        return args, {**kwargs, "hidden_states": grown}
+    return hook
+
+handles = [b.register_forward_pre_hook(grow(l), with_kwargs=True)
+           for l, b in enumerate(kata.blocks(model))]
 try:
     with torch.no_grad():
         final = model.base_model(input_ids=corrupted_ids, use_cache=False).last_hidden_state
-        logits = {UNEMBED}
+        logits = model.get_output_embeddings()(final[:, -1:])
 finally:
     for handle in handles:
         handle.remove()
 metrics = torch.cat([logit_difference(clean_logits, good_id, bad_id),
                      logit_difference(logits, good_id, bad_id)])
-''', UNEMBED="model.get_output_embeddings()(final[:, -1:])")
+'''
 
 _PER_BLOCK_BATCH = '''
 clean, corrupted = [], []
@@ -221,6 +276,9 @@ MISTAKES = catalogue(
                RESULT="(effect - clean_metric) / (corrupted_metric - clean_metric)")),
     ("not-normalised", "returned the patched metric itself, not normalised",
      "patching-not-normalised", _patching(RESULT="effect")),
+    ("normalised-by-the-clean-metric", "divided by the clean metric alone, not clean - corrupted",
+     "patching-not-normalised",
+     _patching(RESULT="(effect - corrupted_metric) / clean_metric")),
     ("normalised-the-wrong-way", "normalised with 0 at the clean run and 1 at the corrupted one",
      "patching-normalised-wrong-way",
      _patching(RESULT="(effect - clean_metric) / (corrupted_metric - clean_metric)")),
@@ -232,6 +290,60 @@ with torch.no_grad():
     logits = model(corrupted_ids).logits[0]
 handle.remove()
 ''')),
+    ("rows-stored-after-the-loop",
+     "stored each block's row of metrics after the loop over the blocks, not inside it: only the "
+     "last block's row is filled",
+     "patching-partly-filled", _patching(LOOP='''
+for layer, block in enumerate(kata.blocks(model)):
+    row = []
+    for position in range(n_tokens):
+        handle = block.register_forward_hook(patch_hook(position, {SOURCE}), prepend=True)
+        {RUN}
+        row.append(logit_difference(logits, good_id, bad_id).item())
+effect[layer] = torch.tensor(row)
+''')),
+    ("rows-one-shared-list", "made the map as [[0.0] * T] * n_layers: every row is one list",
+     "patching-rows-all-equal", _patching(LOOP='''
+rows = [[0.0] * n_tokens] * len(kata.blocks(model))
+for layer, block in enumerate(kata.blocks(model)):
+    for position in range(n_tokens):
+        handle = block.register_forward_hook(patch_hook(position, {SOURCE}), prepend=True)
+        {RUN}
+        rows[layer][position] = logit_difference(logits, good_id, bad_id).item()
+effect = torch.tensor(rows)
+''')),
+    ("map-positions-by-blocks", "made the map (T, n_layers), a row per position",
+     "patching-axes-swapped", _patching(LOOP='''
+effect = torch.zeros(n_tokens, len(kata.blocks(model)))
+for layer, block in enumerate(kata.blocks(model)):
+    for position in range(n_tokens):
+        handle = block.register_forward_hook(patch_hook(position, {SOURCE}), prepend=True)
+        {RUN}
+        effect[position, layer] = logit_difference(logits, good_id, bad_id).item()
+''')),
+    ("cache-from-hidden-states-1-on",
+     "took the clean cache from output_hidden_states[1:], whose last entry has the final norm "
+     "applied", "patching-one-block-differs", _patching(CACHE='''
+with torch.no_grad():
+    clean_run = model(clean_ids, output_hidden_states=True)
+    corrupted_logits = model(corrupted_ids).logits[0]
+clean_logits = clean_run.logits[0]
+clean = [h[0] for h in clean_run.hidden_states[1:]]  # the last one is after the final norm
+''')),
+    ("last-position-never-patched", "looped over range(n_tokens - 1): the last position is never "
+     "patched", "patching-one-position-differs", _patching(POSITIONS="range(n_tokens - 1)")),
+    ("map-flipped-for-the-figure", "flipped the map so that the last block comes first, as it is "
+     "drawn at the top", "patching-order-reversed", _patching(
+         RESULT="((effect - corrupted_metric) / (clean_metric - corrupted_metric)).flip(0)")),
+    ("block-per-hidden-state", "looped over the n_layers + 1 hidden states and took block l for "
+     "each", "patching-index-out-of-range", _patching(CACHE=_HIDDEN_STATES_CACHE, LOOP='''
+for layer, source in enumerate(clean):
+    block = kata.blocks(model)[layer]
+    for position in range(n_tokens):
+        handle = block.register_forward_hook(patch_hook(position, source[position]), prepend=True)
+        {RUN}
+        {STORE}
+''')),
     ("prompts-truncated", "cut both prompts to the shorter one instead of refusing them",
      "patching-lengths-not-checked", _patching(CHECKS='''
 n = min(clean_ids.shape[1], corrupted_ids.shape[1])
@@ -242,6 +354,22 @@ clean_ids, corrupted_ids = clean_ids[:, :n], corrupted_ids[:, :n]
      "fast-patching-prefix-recomputed", _fast(FAST_RUN=_PER_BLOCK_BATCH)),
     ("fast-unembeds-every-position", "unembedded every position of every row",
      "fast-patching-unembeds-every-position", _fast(UNEMBED="model.get_output_embeddings()(final)")),
+    ("fast-hooks-late-binding",
+     "made the growing hooks in a loop, each reading the loop's layer when it runs: every block "
+     "gets the last block's clean vectors", "patching-late-binding",
+     _fast(HOOKS=_LATE_BINDING_HOOKS)),
+    ("fast-rows-grown-before-the-block",
+     "added the patched rows before each block (a forward pre-hook) from output_hidden_states[l], "
+     "the block's input", "patching-rows-shifted", _fast(FAST_RUN=_GROWN_BEFORE_THE_BLOCK)),
+    ("fast-runs-read-one-off", "took metrics[1:-1] as the patched runs: the corrupted row and all "
+     "but the last patched one", "patching-cells-shifted", _fast(ROWS="metrics[1:-1]")),
+    ("fast-corrupted-row-kept", "took metrics[1:] as the patched runs, the corrupted row with them",
+     "patching-sizes-do-not-fit", _fast(ROWS="metrics[1:]")),
+    ("fast-clean-run-twice", "ran the clean prompt a second time for its metric",
+     "fast-patching-prompt-run-twice", _fast(CLEAN_AGAIN='''
+with torch.no_grad():
+    clean_logits = model(clean_ids).logits
+''')),
     # ------------------------------------------------------------------------- the figure
     ("plot-sequential-colormap", "drew the map with viridis, a colormap with no neutral 0",
      "patching-plot-not-diverging", _IMSHOW(CMAP="viridis")),

@@ -19,10 +19,12 @@ import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 import kata  # noqa: E402
-from course.shared.diagnosis import diagnose  # noqa: E402
+from course.shared.diagnosis import Diagnosis, diagnose  # noqa: E402
 from kata.hooks import hook_snapshot  # noqa: E402
 from kata.models import EnvironmentFault  # noqa: E402
 from course.shared.reference import patched_metrics, patching_reference  # noqa: E402
+from course.shared.library_errors import Sizes, learner_run  # noqa: E402
+from course.shared.maps import map_diagnosis  # noqa: E402
 from course.shared.support import (  # noqa: E402
     TensorBlock,
     TupleBlock,
@@ -120,6 +122,62 @@ def wrong_maps(model, ref):
         "block l patched with hidden_states[l], the output of block l - 1"
 
 
+def late_binding_map(model, ref):
+    """``(n_layers, T)``: the map of runs with every block patched with the *last* block's clean
+    outputs, what hooks made in a loop give when they read the loop's variables after it ended
+    (computed here, with the test's own hooks)."""
+    clean_ids, corrupted_ids, good, bad = ref["args"]
+    last = ref["clean_outputs"][-1]
+    raw = patched_metrics(model, corrupted_ids, [last] * len(ref["clean_outputs"]), good, bad)
+    return (raw - ref["corrupted"]) / (ref["clean"] - ref["corrupted"])
+
+
+def shape_of_wrong_map(model, effect, ref, name, where):
+    """Fail naming the shape of a wrong map (``tests/map_shapes.py``), when it has one."""
+    found = map_diagnosis(effect, ref["effect"], f"your {name}", "patching", where=f"on {where}",
+                          late=lambda: late_binding_map(model, ref),
+                          known={"clean - corrupted": ref["clean"] - ref["corrupted"],
+                                 "the corrupted metric": ref["corrupted"],
+                                 "a cell left at 0, once normalised":
+                                     -ref["corrupted"] / (ref["clean"] - ref["corrupted"]),
+                                 "the corrupted metric / (clean - corrupted)":
+                                     ref["corrupted"] / (ref["clean"] - ref["corrupted"])},
+                          ids={"scale": "patching-not-normalised",
+                               "sign": "patching-normalised-wrong-way"}, atol=3e-4)
+    if found is not None:
+        diagnose(*found)
+
+
+def run_map(ex, function, model, args, where=""):
+    """Your ``function`` on valid prompts; a library error it raises is named with its likely
+    cause (``tests/library_errors.py``), unless your patch_hook or logit_difference, which it may
+    use, is wrong: that is named first."""
+
+    def behind():
+        check_hook_behind(ex, function)
+        check_metric_behind(ex, function)
+
+    return learner_run(lambda: getattr(ex, function)(model, *args), function,
+                       lambda: Sizes.of(model, args[0]), "patching", where, behind=behind)
+
+
+def check_hook_behind(ex, name):
+    """When a map is wrong, a wrong ``patch_hook`` is the cause to name first: the public test of
+    the hook, run on toy blocks (a hook not written yet, or one that only raises, is left to its
+    own tests)."""
+    for block_kind in ("tensor", "tuple"):
+        for position in (1, -1):
+            try:
+                test_patch_hook_replaces_one_position(ex, block_kind, position)
+            except EnvironmentFault:
+                raise
+            except Diagnosis as error:
+                diagnose(error.id, f"{name} may use your patch_hook, which is wrong: "
+                         f"{error.message}")
+            except Exception:  # noqa: BLE001 - NotImplementedError included: not this test's
+                return
+
+
 def check_map(ex, model, effect, ref, name, where):
     """Fail, naming the mistake, unless ``effect`` is the reference map."""
     effect = as_map(effect, name)
@@ -129,18 +187,22 @@ def check_map(ex, model, effect, ref, name, where):
         diagnose("patching-embedding-row-added",
                  f"{name} has {n_layers + 1} rows: one per block is {n_layers}; the embeddings "
                  "(hidden_states[0]) are no block's output")
+    if effect.shape != expected.shape:
+        shape_of_wrong_map(model, effect, ref, name, where)
     check_shape(effect, (n_layers, n_tokens), name,
                 "(n_layers, T): one row per block, one column per position",
                 diagnosis="patching-map-shape-wrong")
     if close(effect, expected, atol=3e-4):  # float32 noise, divided by the metrics' gap
         return
     check_metric_behind(ex, name)
+    check_hook_behind(ex, name)
     for diagnosis, wrong, what in wrong_maps(model, ref):
         if close(effect, wrong, atol=1e-3):
             diagnose(diagnosis, f"{name} on {where} gives {what}: patch the *clean* block outputs "
                      "into the *corrupted* run, at the output of block l (hidden_states[l + 1]), "
                      "and normalise as (patched - corrupted) / (clean - corrupted), so that 0 is "
                      "the corrupted run and 1 the clean one")
+    shape_of_wrong_map(model, effect, ref, name, where)
     difference = (effect - expected).abs()
     layer, position = divmod(int(difference.argmax()), n_tokens)
     diagnose(f"{name.replace('_', '-')}-values-wrong", (
@@ -156,6 +218,16 @@ def check_map(ex, model, effect, ref, name, where):
 def made_logits():
     generator = torch.Generator().manual_seed(6)
     return torch.randn(2, 5, 7, generator=generator) * 3  # (batch, T, vocab)
+
+
+def run_learner(ex, function, *args, sizes=None, **kwargs):
+    """Your ``function`` on valid inputs (not a map's: :func:`run_map`); a library error it
+    raises is named with its likely cause (``tests/library_errors.py``). ``sizes``: the
+    :class:`Sizes` of the inputs, which name an axis by its size."""
+    shapes = ", ".join(str(tuple(a.shape)) for a in args if isinstance(a, torch.Tensor))
+    return learner_run(lambda: getattr(ex, function)(*args, **kwargs), function,
+                       sizes or Sizes(0, 0), function.replace("_", "-"),
+                       inputs=f"tensors of shapes {shapes}" if shapes else "valid inputs")
 
 
 def metric_mistake(got, logits, good, bad) -> tuple[str, str] | None:
@@ -186,7 +258,8 @@ def metric_mistake(got, logits, good, bad) -> tuple[str, str] | None:
 
 def test_logit_difference_at_the_last_position(ex):
     logits = made_logits()
-    got = check_tensor(ex.logit_difference(logits, 3, 5), "logit_difference")
+    got = check_tensor(run_learner(ex, "logit_difference", logits, 3, 5, sizes=Sizes(0, 5, vocab=7)),
+                       "logit_difference")
     check_shape(got, (2,), "logit_difference of (batch, T, vocab_size) logits", "one value per row",
                 diagnosis="logit-difference-shape-wrong")
     mistake = metric_mistake(got, logits, 3, 5)
@@ -213,7 +286,8 @@ def check_metric_behind(ex, name):
 def test_logit_difference_of_one_text(ex):
     """float64 logits in, a float32 metric out, as the docstring promises."""
     logits = made_logits()[0].double()  # (T, vocab_size)
-    got = check_tensor(ex.logit_difference(logits, 1, 2), "logit_difference")
+    got = check_tensor(run_learner(ex, "logit_difference", logits, 1, 2, sizes=Sizes(0, 5, vocab=7)),
+                       "logit_difference")
     check_shape(got, (), "logit_difference of (T, vocab_size) logits", "a 0-d tensor for one text",
                 diagnosis="logit-difference-shape-wrong")
     expect(got.dtype == torch.float32, "logit-difference-not-float32",
@@ -315,7 +389,9 @@ def test_patch_hook_works_out_of_place(ex):
 
     first = block.register_forward_hook(keep)
     try:
-        run_hooked(block, ex.patch_hook(2, torch.zeros(3)), x)
+        learner_run(lambda: run_hooked(block, ex.patch_hook(2, torch.zeros(3)), x), "patch_hook",
+                    Sizes(0, 4, d_model=3), "patch-hook",
+                    inputs="position 2 and a vector of 3 numbers, on a block output (2, 4, 3)")
     finally:
         first.remove()
     expect(torch.equal(kept["output"], kept["copy"]), "patch-hook-in-place", (
@@ -345,7 +421,7 @@ def test_patch_hook_rejects_bad_input(ex):
 
 def test_patching_effect_on_tiny_gpt2(ex, tiny_gpt2, tiny):
     model, _ = tiny_gpt2
-    effect = ex.patching_effect(model, *tiny["args"])
+    effect = run_map(ex, "patching_effect", model, tiny["args"], "on the tiny GPT-2")
     value = check_tensor(effect, "patching_effect")
     expect(value.dtype == torch.float32, "patching-not-float32", f"expected float32, got {value.dtype}")
     check_map(ex, model, effect, tiny, "patching_effect", "the tiny GPT-2")
@@ -353,7 +429,7 @@ def test_patching_effect_on_tiny_gpt2(ex, tiny_gpt2, tiny):
 
 def test_fast_patching_effect_on_tiny_gpt2(ex, tiny_gpt2, tiny):
     model, _ = tiny_gpt2
-    effect = ex.fast_patching_effect(model, *tiny["args"])
+    effect = run_map(ex, "fast_patching_effect", model, tiny["args"], "on the tiny GPT-2")
     value = check_tensor(effect, "fast_patching_effect")
     expect(value.dtype == torch.float32, "patching-not-float32", f"expected float32, got {value.dtype}")
     check_map(ex, model, effect, tiny, "fast_patching_effect", "the tiny GPT-2")
@@ -362,7 +438,8 @@ def test_fast_patching_effect_on_tiny_gpt2(ex, tiny_gpt2, tiny):
 def test_a_patch_at_the_last_block_only_matters_at_the_last_position(ex, tiny_gpt2, tiny):
     """After the last block only the final norm and the unembedding remain, position by position."""
     model, _ = tiny_gpt2
-    effect = as_map(ex.patching_effect(model, *tiny["args"]), "patching_effect")
+    effect = as_map(run_map(ex, "patching_effect", model, tiny["args"], "on the tiny GPT-2"),
+                    "patching_effect")
     expect(effect.shape[0] >= 1 and effect[-1, :-1].abs().max() < 1e-4 and abs(effect[-1, -1] - 1) < 1e-4,
            "patching-last-block-wrong", (
                f"patching the last block's output: positions before the last cannot change the "
@@ -374,7 +451,7 @@ def test_a_patch_at_the_last_block_only_matters_at_the_last_position(ex, tiny_gp
 def test_hooks_are_left_exactly_as_they_were(ex, tiny_gpt2, tiny, function):
     model, _ = tiny_gpt2
     before = hook_snapshot(model)
-    getattr(ex, function)(model, *tiny["args"])
+    run_map(ex, function, model, tiny["args"], "on the tiny GPT-2")
     expect(hook_snapshot(model) == before, "patching-hook-left",
            f"{function} left a hook on the model: remove every hook you register")
 
@@ -416,7 +493,7 @@ def test_hooks_are_removed_when_a_forward_pass_raises(ex, tiny_gpt2, tiny, funct
     before = hook_snapshot(model)
 
     def call():
-        getattr(ex, function)(model, *tiny["args"])
+        run_map(ex, function, model, tiny["args"], "on the tiny GPT-2")
 
     counted, _ = run_with(model, call, None)
     assert counted.count, f"{function} ran no forward pass through the model's final norm"
@@ -458,14 +535,32 @@ def test_bad_input_gets_a_clear_error(ex, tiny_gpt2, tiny, function, case):
 
 
 class WorkCounter:
-    """What a model runs: rows per block call, positions given to the unembedding."""
+    """What a model runs: rows per block call, positions given to the unembedding, and which
+    prompts each run reads (a pre-hook on the input embeddings, where every run starts)."""
 
-    def __init__(self, model):
+    def __init__(self, model, clean_ids, corrupted_ids):
         self.rows = {}  # block index -> [rows of each call]
         self.unembedded = []
+        self.runs = []  # per run: {"clean": rows of the clean prompt, "corrupted": ..., "rows": all}
+        self.prompts = {"clean": clean_ids.reshape(-1), "corrupted": corrupted_ids.reshape(-1)}
         self.handles = [block.register_forward_pre_hook(self._block(i), with_kwargs=True)
                         for i, block in enumerate(kata.blocks(model))]
         self.handles.append(model.get_output_embeddings().register_forward_pre_hook(self._unembed))
+        self.handles.append(model.get_input_embeddings().register_forward_pre_hook(self._read))
+
+    def _read(self, module, args):
+        if not args or not isinstance(args[0], torch.Tensor):
+            return
+        ids = args[0].reshape(-1, args[0].shape[-1]).cpu()
+        run = {"rows": ids.shape[0]}
+        for name, prompt in self.prompts.items():
+            run[name] = sum(torch.equal(row, prompt) for row in ids)
+        self.runs.append(run)
+
+    def runs_alone(self, prompt):
+        """The runs of ``prompt`` as one row of a run of at most two (a plain run of it, or the
+        two prompts side by side), not a batch of copies."""
+        return [run for run in self.runs if run[prompt] == 1 and run["rows"] <= 2]
 
     def _block(self, index):
         def hook(module, args, kwargs):
@@ -485,9 +580,9 @@ class WorkCounter:
 @pytest.fixture
 def work(ex, tiny_gpt2, tiny):
     model, _ = tiny_gpt2
-    counter = WorkCounter(model)
+    counter = WorkCounter(model, *tiny["args"][:2])
     try:
-        ex.fast_patching_effect(model, *tiny["args"])
+        run_map(ex, "fast_patching_effect", model, tiny["args"], "on the tiny GPT-2")
     finally:
         counter.remove()
     return counter, len(kata.blocks(model)), tiny["args"][0].shape[1]
@@ -495,11 +590,22 @@ def work(ex, tiny_gpt2, tiny):
 
 def test_fast_patching_reuses_what_no_patch_changes(work):
     counter, n_blocks, n_tokens = work
+    for prompt, reuse in (("clean", "the run that keeps the clean block outputs also gives the "
+                           "clean metric"),
+                          ("corrupted", "the run that grows the patched rows starts from the "
+                           "corrupted prompt alone, and its first row is the corrupted run, "
+                           "whose metric is the map's 0")):
+        alone = counter.runs_alone(prompt)
+        expect(len(alone) <= 1, "fast-patching-prompt-run-twice", (
+            f"your fast_patching_effect ran the {prompt} prompt {len(alone)} times (runs of "
+            f"{[run['rows'] for run in alone]} rows): one run of each prompt gives everything "
+            f"the map needs, since {reuse}"))
     first = counter.rows.get(0, [])
     expect(sum(r or 0 for r in first) <= 2, "fast-patching-prefix-recomputed", (
-        f"block 0 ran {len(first)} time(s) on {sum(r or 0 for r in first)} rows in all: before "
-        "block l a patched run is still the corrupted run, so block 0 needs only the clean and "
-        "the corrupted prompt; add the patched rows after their block"))
+        f"block 0 ran {len(first)} time(s) on {sum(r or 0 for r in first)} rows in all: your "
+        "patched runs went through block 0 as well. Before block l a run patched at block l is "
+        "still the corrupted run, so block 0 needs one row of each prompt, and a run patched at "
+        "block l becomes a row of its own only after block l"))
     total = [sum(r or 0 for r in counter.rows.get(j, [])) for j in range(n_blocks)]
     bound = [2 + n_tokens * j for j in range(n_blocks)]
     expect(all(t <= b for t, b in zip(total, bound)), "fast-patching-prefix-recomputed", (
@@ -534,7 +640,7 @@ TOKENS = ["The", " E", "iffel", " Tower", " in", " of"]
 
 def test_plot_patching_effect(ex, figures):
     effect = made_effect()
-    fig = ex.plot_patching_effect(effect, TOKENS)
+    fig = run_learner(ex, "plot_patching_effect", effect, TOKENS, sizes=Sizes(30, 6))
     assert isinstance(fig, Figure), f"expected a matplotlib Figure, got {type(fig).__name__}"
     figures.append(fig)
     axes = heatmap_axes(fig)
@@ -576,7 +682,7 @@ def test_plot_patching_effect(ex, figures):
 @pytest.mark.parametrize("function", MAP_FUNCTIONS)
 def test_on_smollm2_first_blocks(ex, smollm2_first_blocks, first_blocks, function):
     model, _ = smollm2_first_blocks
-    effect = getattr(ex, function)(model, *first_blocks["args"])
+    effect = run_map(ex, function, model, first_blocks["args"], "on SmolLM2's first 4 blocks")
     check_map(ex, model, effect, first_blocks, function,
               "SmolLM2's first 4 blocks with the subjects' 4 tokens")
 
@@ -600,7 +706,8 @@ def test_secret_logit_difference_of_secret_logits(ex, secret):
     good, bad = secret.rng.sample(range(vocab), 2)
     log_probs = torch.log_softmax(logits.double(), dim=-1)[..., -1, :]
     expected = log_probs[..., good] - log_probs[..., bad]  # before the call: nothing it does counts
-    got = check_tensor(ex.logit_difference(logits, good, bad), "logit_difference")
+    got = check_tensor(run_learner(ex, "logit_difference", logits, good, bad,
+                                   sizes=Sizes(0, n_tokens, vocab=vocab)), "logit_difference")
     check_shape(got, tuple(expected.shape), f"logit_difference of logits of shape {shape}",
                 "one value per text: () for (T, vocab_size), (batch,) for a batch",
                 diagnosis="logit-difference-shape-wrong")
@@ -636,7 +743,10 @@ def test_secret_patch_hook_on_toy_blocks_and_a_model_block(ex, tiny_gpt2, secret
     expected = 2 * x
     expected[:, position] = new
     for block in (TensorBlock(), TupleBlock()):
-        output = run_hooked(block, ex.patch_hook(position, new.clone()), x.clone())
+        output = learner_run(
+            lambda: run_hooked(block, ex.patch_hook(position, new.clone()), x.clone()),
+            "patch_hook", Sizes(0, n_tokens, d_model=d_model), "patch-hook",
+            inputs=f"position {position} on a block output {tuple(x.shape)}" + repeat_hint())
         check_close(hidden_of(output), expected,
                     f"a {type(block).__name__}'s output of shape {tuple(x.shape)} patched at "
                     f"position {position}", "every row's position replaced, nothing else"
@@ -654,7 +764,10 @@ def test_secret_patch_hook_on_toy_blocks_and_a_model_block(ex, tiny_gpt2, secret
     handle = kata.blocks(model)[layer].register_forward_hook(ex.patch_hook(position, vector),
                                                              prepend=True)
     try:
-        logits = reference_logits(model, ids)
+        logits = learner_run(lambda: reference_logits(model, ids), "patch_hook",
+                             lambda: Sizes.of(model, ids), "patch-hook",
+                             inputs=f"position {position} of block {layer}'s output"
+                             + repeat_hint())
     finally:
         handle.remove()
     check_close(logits, expected, f"the logits with block {layer}'s output patched at position "
@@ -679,7 +792,8 @@ def describe_case(model, reference) -> str:
 @secret_check("patching_effect")
 def test_secret_patching_effect_on_a_model_of_random_sizes(ex, secret):
     model, reference = secret_patching_case(secret)
-    effect = ex.patching_effect(model, *reference["args"])
+    effect = run_map(ex, "patching_effect", model, reference["args"],
+                     "on " + describe_case(model, reference) + repeat_hint())
     check_map(ex, model, effect, reference, "patching_effect",
               describe_case(model, reference) + repeat_hint())
 
@@ -687,7 +801,8 @@ def test_secret_patching_effect_on_a_model_of_random_sizes(ex, secret):
 @secret_check("fast_patching_effect")
 def test_secret_fast_patching_effect_on_a_model_of_random_sizes(ex, secret):
     model, reference = secret_patching_case(secret)
-    effect = ex.fast_patching_effect(model, *reference["args"])
+    effect = run_map(ex, "fast_patching_effect", model, reference["args"],
+                     "on " + describe_case(model, reference) + repeat_hint())
     check_map(ex, model, effect, reference, "fast_patching_effect",
               describe_case(model, reference) + repeat_hint())
 
@@ -699,7 +814,8 @@ def test_secret_figure_draws_a_secret_map(ex, secret, figures):
     words = (secret.text() + " " + secret.text()).split()
     tokens = [secret.choice(["", " "]) + secret.choice(words) for _ in range(n_tokens)]
     expected = effect.numpy().copy()
-    fig = ex.plot_patching_effect(effect.clone(), list(tokens))
+    fig = run_learner(ex, "plot_patching_effect", effect.clone(), list(tokens),
+                      sizes=Sizes(n_layers, n_tokens))
     expect(isinstance(fig, Figure), "patching-plot-not-a-figure",
            f"plot_patching_effect should return a matplotlib Figure, got {type(fig).__name__}")
     figures.append(fig)

@@ -10,13 +10,14 @@ from course.shared.catalogue import catalogue, template
 # A learner's complete attribution_patching, with a slot for each step a mistake changes: the
 # clean run (CLEAN_RUN), the run the gradient comes from (GRAD_RUN), the gradient (GRADIENT), the
 # difference (DIFFERENCE), a cell from it (CELL), the normalisation (RESULT), the hooks' life
-# (KEEP_RUN) and the metric's probabilities (PROBABILITIES).
+# (KEEP_RUN), what the hooks keep of a block's output (KEPT) and the metric's probabilities
+# (PROBABILITIES).
 _attribution = template('''
 def _keep_outputs(model, input_ids):
     outputs = []
 
     def keep(module, inputs, output):
-        outputs.append(output[0] if isinstance(output, tuple) else output)
+        outputs.append({KEPT})
 
     handles = [block.register_forward_hook(keep) for block in kata.blocks(model)]
     {KEEP_RUN}
@@ -59,7 +60,56 @@ metric = _difference(corrupted_logits, good_id, bad_id)
 corrupted_metric = metric.item()
 ''', GRADIENT="grads = torch.autograd.grad(metric, corrupted)", DIFFERENCE="c - k.detach()",
     RESULT="estimate / (clean_metric - corrupted_metric)", CELL="r[0].sum(-1)",
-    PROBABILITIES="torch.log_softmax")
+    PROBABILITIES="torch.log_softmax", KEPT="output[0] if isinstance(output, tuple) else output")
+
+# The block outputs read from output_hidden_states instead of hooks: STATES picks the entries
+# (entry 0 is the embeddings, the last has the final norm applied).
+_hidden_states_attribution = template('''
+def attribution_patching(model, clean_ids, corrupted_ids, good_id, bad_id):
+    clean_ids = kata.one_sequence(clean_ids, model)
+    corrupted_ids = kata.one_sequence(corrupted_ids, model)
+    if clean_ids.shape != corrupted_ids.shape:
+        raise ValueError(f"{clean_ids.shape[1]} and {corrupted_ids.shape[1]} tokens")
+    good_id = kata.token_id(good_id, model.config.vocab_size)
+    bad_id = kata.token_id(bad_id, model.config.vocab_size)
+    with torch.no_grad():
+        clean_run = model(clean_ids, output_hidden_states=True)
+    clean = clean_run.hidden_states{STATES}
+    log_probs = torch.log_softmax(clean_run.logits[0, -1], dim=-1)
+    clean_metric = (log_probs[good_id] - log_probs[bad_id]).item()
+    run = model(corrupted_ids, output_hidden_states=True)
+    corrupted = run.hidden_states{STATES}
+    log_probs = torch.log_softmax(run.logits[0, -1], dim=-1)
+    metric = log_probs[good_id] - log_probs[bad_id]
+    if abs(clean_metric - metric.item()) < 1e-6:
+        raise ValueError("nothing to restore")
+    grads = torch.autograd.grad(metric, corrupted)
+    rows = [((c - k.detach()) * g)[0].sum(-1) for c, k, g in zip(clean, corrupted, grads)]
+    return (torch.stack(rows) / (clean_metric - metric.item())).detach().float().cpu()
+''', STATES="[1:]")
+
+# compare_estimates written out, with a slot for the worst cells' order (ORDER), how a flat index
+# is taken apart (CELL) and the tuple of each (TUPLE).
+_compare = template('''
+def compare_estimates(exact, estimate, threshold=0.2, k=5):
+    exact = torch.as_tensor(exact).detach().double()
+    estimate = torch.as_tensor(estimate).detach().double()
+    if exact.dim() != 2 or exact.shape != estimate.shape:
+        raise ValueError(f"two maps of one shape, got {tuple(exact.shape)} and {tuple(estimate.shape)}")
+    n_layers, n_tokens = exact.shape
+    x, y = exact.flatten(), estimate.flatten()
+    large = exact.abs() > threshold
+    worst = []
+    for index in {ORDER}:
+        {CELL}
+        worst.append({TUPLE})
+    return {"correlation": torch.corrcoef(torch.stack([x, y]))[0, 1].item(),
+            "large_cells": int(large.sum()),
+            "same_sign": int((large & (torch.sign(exact) == torch.sign(estimate))).sum()),
+            "worst": worst}
+''', ORDER="torch.topk((y - x).abs(), min(k, x.numel())).indices.tolist()",
+    CELL="block, position = divmod(index, n_tokens)",
+    TUPLE="(block, position, exact[block, position].item(), estimate[block, position].item())")
 
 _GRAD_ON_CLEAN = '''
 with torch.no_grad():
@@ -117,6 +167,36 @@ logits = model(input_ids).logits
 for handle in handles:
     handle.remove()
 ''')),
+    ("output-zero-on-tensor-blocks",
+     "kept output[0] of every block, which on a block that returns a tensor is its one row, a new "
+     "tensor outside the graph", "attribution-output-not-in-graph",
+     _attribution(KEPT="output[0]")),
+    ("allow-unused-after-output-zero",
+     "kept output[0] of tensor blocks and, told by autograd, passed allow_unused=True: the "
+     "gradients come back None", "attribution-output-not-in-graph",
+     _attribution(KEPT="output[0]",
+                  GRADIENT="grads = torch.autograd.grad(metric, corrupted, allow_unused=True)")),
+    ("hidden-states-before-each-block",
+     "read the states from output_hidden_states[:-1], each block's input: every row is the block "
+     "before's", "attribution-rows-shifted", _hidden_states_attribution(STATES="[:-1]")),
+    ("hidden-states-1-on",
+     "read the states from output_hidden_states[1:], whose last entry has the final norm applied",
+     "attribution-one-block-differs", _hidden_states_attribution()),
+    ("every-hidden-state", "estimated every entry of output_hidden_states, the embeddings too",
+     "attribution-embedding-row-added", _hidden_states_attribution(STATES="")),
+    ("normalised-by-the-clean-metric", "divided by the clean metric alone, not clean - corrupted",
+     "attribution-not-normalised", _attribution(RESULT="estimate / clean_metric")),
+    ("worst-by-divmod-of-blocks", "took a flat index apart with divmod(index, n_layers)",
+     "compare-worst-index-arithmetic", _compare(CELL="block, position = divmod(index, n_layers)")),
+    ("worst-position-first", "listed each worst cell as (position, block)",
+     "compare-worst-axes-swapped", _compare(
+         TUPLE="(position, block, exact[block, position].item(), estimate[block, position].item())")),
+    ("worst-smallest-first", "took the k cells with the smallest errors (topk with largest=False)",
+     "compare-worst-order-reversed", _compare(
+         ORDER="torch.topk((y - x).abs(), min(k, x.numel()), largest=False).indices.tolist()")),
+    ("worst-by-signed-error", "ranked the cells by estimate - exact, without the absolute value",
+     "compare-worst-signed-error",
+     _compare(ORDER="torch.topk(y - x, min(k, x.numel())).indices.tolist()")),
     ("r-squared", "returned r squared as the correlation", "compare-correlation-wrong", '''
 _right_compare = compare_estimates
 

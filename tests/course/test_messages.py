@@ -200,3 +200,41 @@ def test_every_error_the_kata_raises_renders_without_a_leftover_placeholder(path
         if match:
             leftovers.append(f"{path.name}:{line}: {match.group()} in {text[:160]!r}")
     assert not leftovers, "these errors show a placeholder:\n" + "\n".join(leftovers)
+
+
+# The modules that build the sentences the tests report and return them (the shape of a wrong map,
+# a library error's likely cause): every text in them is a message, or part of one.
+SENTENCE_MODULES = [ROOT / "course" / "shared" / "maps.py",
+                    ROOT / "course" / "shared" / "library_errors.py"]
+
+
+def texts(path: Path):
+    """(line, expression) for every text of ``path``: each f-string, and each plain string that
+    is neither a docstring nor part of an f-string."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    inside = {id(value) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr)
+              for value in ast.walk(node) if value is not node}
+    docstrings = {id(node.value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+    for node in ast.walk(tree):
+        if id(node) in inside or id(node) in docstrings:
+            continue
+        if isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant)
+                                               and isinstance(node.value, str)):
+            yield node.lineno, node
+
+
+@pytest.mark.parametrize("path", SENTENCE_MODULES, ids=lambda p: p.name)
+def test_every_sentence_a_module_builds_renders_and_speaks_to_you(path):
+    found = list(texts(path))
+    assert found, f"no texts found in {path.name}"
+    leftovers, third_person = [], []
+    for line, expression in found:
+        text = render(expression)
+        match = leftover(text)
+        if match:
+            leftovers.append(f"{path.name}:{line}: {match.group()} in {text[:160]!r}")
+        if re.search(r"\blearners?\b|\blearner's\b", text, flags=re.IGNORECASE):
+            third_person.append(f"{path.name}:{line}: {text[:160]!r}")
+    assert not third_person, "these texts speak about the learner:\n" + "\n".join(third_person)
+    assert not leftovers, "these texts show a placeholder:\n" + "\n".join(leftovers)
