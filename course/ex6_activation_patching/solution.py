@@ -29,6 +29,10 @@ You will write:
 
 Shapes: ``n_layers`` blocks, T tokens (the same T for both prompts), ``d_model`` numbers per
 vector. "Block ``l``'s output" is hidden state ``l + 1``: ``hidden_states[0]`` is the embeddings.
+
+The patching tests run many forward passes, and a fresh ``pytest`` loads the models and
+computes the expected maps first: on a busy machine that takes a while. ``python grader.py watch
+--warm`` keeps them loaded and runs the tests again each time you save (here and in exercise 7).
 """
 
 import matplotlib.pyplot as plt  # for plot_patching_effect
@@ -77,17 +81,17 @@ def patch_hook(position, new_hidden):
 
     ``position``: a token position (negative counts from the end); ``new_hidden``: the vector to
     write there, ``(d_model,)``, e.g. the clean run's output of the same block at that position.
-    Register the result with ``block.register_forward_hook(hook)``: the hook returns the block's
-    output with ``[:, position]`` replaced in every row of the batch, every other position
-    unchanged. Like exercise 3's scaling hook it handles both output forms (a tensor
-    ``(batch, T, d_model)``, or a tuple with that tensor first) and works out of place: it
-    builds a new tensor (``clone()`` first), because the block's output is also held by the
-    tensor the model passes on, by other hooks and by any cache made from it.
+    Registered on a block as a forward hook, it makes the block's output the same output with
+    position ``position`` replaced by ``new_hidden`` in every row of the batch, every other
+    position unchanged. Like exercise 3's scaling hook it handles both output forms (a tensor
+    ``(batch, T, d_model)``, or a tuple with that tensor first) and works out of place: it builds
+    a new tensor, because the block's output is also held by the tensor the model passes on, by
+    other hooks and by any cache made from it.
 
-    Returns the hook, a function ``hook(module, inputs, output)``. When it runs, it raises
-    ``IndexError`` if the output has no such position and ``ValueError`` if ``new_hidden`` does
-    not have the output's ``d_model``. Raises ``ValueError`` at once when ``new_hidden`` is not
-    one vector.
+    Returns the hook, a function of ``(module, inputs, output)``. When it runs, it raises
+    ``IndexError`` if the output has no such position (``kata.token_index`` checks a position)
+    and ``ValueError`` if ``new_hidden`` does not have the output's ``d_model``. Raises
+    ``ValueError`` at once when ``new_hidden`` is not one vector.
 
     Hint: A forward hook that returns a value replaces the block's output: return the output with
     one position replaced, every other position as it was.
@@ -145,22 +149,19 @@ def _normalised(metrics, clean, corrupted):
 def patching_effect(model, clean_ids, corrupted_ids, good_id, bad_id):
     """The activation-patching map: how much of the clean answer each (block, position) restores.
 
-    1. Run the clean prompt once, keeping every block's output (forward hooks, under
-       ``torch.no_grad()``), and read the clean metric ``logit_difference(logits, good_id,
-       bad_id)``; read the corrupted metric from a run of the corrupted prompt.
-    2. For every block ``l`` and position ``p``: register ``patch_hook(p, clean[l][p])`` on
-       ``kata.blocks(model)[l]`` (with ``prepend=True``), run the corrupted prompt, read the
-       metric, remove the hook in a ``finally`` block, so that the model's hooks end exactly as
-       they were even when a forward pass raises.
-    3. Normalise: ``(patched - corrupted) / (clean - corrupted)``: 0 means the patch restored
-       nothing, 1 that it restored the whole clean answer.
+    Cell ``(l, p)`` answers one question: run the corrupted prompt with the output of block ``l``
+    at position ``p`` replaced by the clean run's (``patch_hook``); how much of the clean answer
+    comes back? The metric is ``logit_difference``, read on the clean run, on the corrupted run
+    and on each patched run, and every cell is normalised as ``(patched - corrupted) / (clean -
+    corrupted)``: 0 means the patch restored nothing, 1 that it restored the whole clean answer.
 
-    The clean cache is the blocks' outputs: not ``output_hidden_states``, whose index 0 is the
-    embeddings (block ``l``'s output is ``hidden_states[l + 1]``), and whose last entry has the
+    The clean vectors are the blocks' own outputs: not ``output_hidden_states``, whose index 0 is
+    the embeddings (block ``l``'s output is its entry ``l + 1``), and whose last entry has the
     final norm applied.
 
     Returns a float32 CPU tensor ``(n_layers, T)``: row ``l`` is block ``l``, column ``p`` the
-    position.
+    position. Every hook it adds is removed before it returns, also when a forward pass raises,
+    so that the model's hooks end exactly as they were.
     Raises ``ValueError`` when the two prompts have different numbers of tokens (patching pairs
     position with position, so never truncate one), when the clean and the corrupted metrics are
     equal (nothing to restore), or when ``good_id`` or ``bad_id`` is not a token id.
@@ -227,20 +228,15 @@ def fast_patching_effect(model, clean_ids, corrupted_ids, good_id, bad_id):
 
     1. **Rows of a batch do not interact**, so every patched run can be one row of one batch.
     2. **Before block ``l`` a run patched at block ``l`` is still the corrupted run.** So nothing
-       is computed twice: run the clean prompt once and keep its block outputs (as in
-       ``patching_effect``), then run the corrupted prompt alone, as one row, with a forward hook
-       on every block (``prepend=True``) that appends ``T`` new rows after block ``l``: copies of
-       the corrupted row (row 0), row ``p`` with position ``p`` replaced by the clean output of
-       block ``l`` there. Block ``l`` runs on ``1 + T * l`` rows, and the batch ends with
-       ``1 + T * n_layers``. Start from one row, not from the clean and the corrupted prompt
-       side by side: transformers 4.x builds the attention mask once, for the batch the model
-       was given, and a mask made for one row fits any number of rows, one made for two does not.
-    3. **Only the last position predicts the next token**: run ``model.base_model`` (the blocks
-       and the final norm) with ``use_cache=False``, then ``model.get_output_embeddings()`` on
-       ``final[:, -1:]`` only.
+       is computed twice: one run of the clean prompt gives the vectors to paste in, and one run
+       of the corrupted prompt grows its batch as it goes: after each block, the runs patched
+       there (one per position) join the rows it passes on, and the first row stays the
+       corrupted run itself.
+    3. **Only the last position predicts the next token**, so only the last position of each row
+       needs unembedding.
 
-    Row ``1 + T * l + p`` holds the run patched at (block ``l``, position ``p``); normalise the
-    rows with the clean metric and row 0's (the corrupted run) as ``patching_effect`` does.
+    The map is normalised as ``patching_effect``'s is, with the clean metric and the corrupted
+    row's.
 
     Returns a float32 CPU tensor ``(n_layers, T)``, equal to ``patching_effect``'s to 1e-4;
     every hook is removed before returning, also when a forward pass raises.
@@ -296,11 +292,10 @@ def plot_patching_effect(effect, tokens):
     """Figure 14: the patching map as a heatmap, blocks by positions.
 
     ``effect``: ``(n_layers, T)`` from ``patching_effect``; ``tokens``: the T token texts of the
-    prompt (``tokenizer.decode([i])`` for each id; for two prompts that differ, such as
-    ``"iffel/osse"``, any label will do). Draw ``effect`` with ``ax.imshow`` as it is (row
-    ``l`` is block ``l``, ``origin="lower"`` so the last block is at the top,
-    ``aspect="auto"``), with a diverging colormap centred on 0 (``cmap="RdBu_r"`` with
-    ``vmin=-m, vmax=m``, ``m`` the largest absolute value, at least 1): a patch that makes things
+    prompt (each id decoded on its own; for two prompts that differ, such as ``"iffel/osse"``,
+    any label will do). Draw ``effect`` as it is, one cell per (block, position), row ``l`` block
+    ``l``, the last block at the top, with a diverging colormap centred on 0 (colour limits
+    ``-m`` and ``m``, ``m`` the largest absolute value, at least 1): a patch that makes things
     worse is then blue and one that restores the answer red. Label the columns with the tokens
     (rotated 90 degrees), the rows ``"L0", "L1", ...``, the x axis "Position (token)", the y axis
     "Block", and add a colorbar labelled with what 0 and 1 mean.
