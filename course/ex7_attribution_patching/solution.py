@@ -76,31 +76,24 @@ def _block_outputs(model, input_ids, track):
 def attribution_patching(model, clean_ids, corrupted_ids, good_id, bad_id):
     """The linear estimate of exercise 6's map: ``(h_clean - h_corrupted) . dm/dh``, normalised.
 
-    1. Run the clean prompt under ``torch.no_grad()``, keeping every block's output, and read
-       the clean metric (``log p(good) - log p(bad)`` at the last position).
-    2. Run the corrupted prompt *with* autograd, keeping every block's output in the graph, and
-       read its metric ``m``.
-    3. One backward pass: ``torch.autograd.grad(m, outputs)`` gives ``dm/dh`` for every block's
-       output at once, and, unlike ``m.backward()``, leaves no ``.grad`` on the model's
-       parameters (nothing else of the model changes).
-    4. Cell ``(l, p)``: ``((clean[l][p] - corrupted[l][p]) * grad[l][p]).sum()``, divided by
-       ``clean_metric - corrupted_metric`` (so that 1 means "restores the whole clean answer",
-       as in exercise 6).
+    The clean run gives the vectors a patch would paste in, and the clean metric (``log p(good) -
+    log p(bad)`` at the last position); it needs no gradient. The corrupted run, recorded by
+    autograd, gives the metric ``m`` and, in one backward pass, ``dm/dh`` for every block's
+    output ``h`` at once. Cell ``(l, p)`` is the dot product of ``h_clean - h_corrupted`` at
+    block ``l``, position ``p`` with ``dm/dh`` there, divided by ``clean - corrupted`` (so that 1
+    means "restores the whole clean answer", as in exercise 6).
 
-    Gradients are needed only for the block outputs: a forward hook on
-    ``model.get_input_embeddings()`` that returns ``output.detach().requires_grad_(True)`` starts
-    the graph there, whatever the parameters' ``requires_grad`` says. Never wrap the corrupted
-    run or the backward pass in ``torch.no_grad()``: then there is no graph to differentiate.
+    The gradient is taken with respect to each block's whole output tensor ``(1, T, d_model)``,
+    the very tensor the rest of the run uses: a slice or a copy of it is a new tensor that nothing
+    downstream reads, so autograd finds no path from it to the metric. Gradients are needed only
+    for the block outputs, never for the model's parameters, whatever their ``requires_grad``
+    says; and nothing of the model may change, its parameters' ``.grad`` included.
 
     Returns a float32 CPU tensor ``(n_layers, T)``, detached from autograd. Every hook is removed
     before returning, also when a forward pass raises, and no parameter of the model gets a
     ``.grad``.
     Raises ``ValueError`` when the prompts have different numbers of tokens, when the clean and
     the corrupted metrics are equal, or when ``good_id`` or ``bad_id`` is not a token id.
-
-    Keep each block's whole output tensor ``(1, T, d_model)`` for the gradient: a slice of it
-    such as ``output[0]`` is a new tensor that the rest of the model never uses, so autograd
-    finds no path from it to the metric.
 
     Hint: A first-order Taylor expansion: patching h_corrupted to h_clean changes the metric by
     about (h_clean - h_corrupted) . dm/dh, the gradient taken on the corrupted run.
@@ -196,11 +189,12 @@ def plot_estimate_against_exact(exact, estimate, tokens, k=5):
     """Figure 15: every cell's estimate against its exact value, with the identity line.
 
     ``exact``, ``estimate``: ``(n_layers, T)`` maps; ``tokens``: the T token texts. Draw one
-    point per cell (``ax.scatter``, x = exact, y = estimate), the identity line ``y = x``
-    dashed across the points' range (where a perfect estimate would lie), and label the ``k``
-    worst cells (``compare_estimates``'s ``"worst"``) with ``ax.annotate`` as
-    ``"L{block} {token}"``, e.g. ``"L0 iffel"``. Put Pearson's r in the title, and label the
-    axes "Exact (activation patching)" and "Estimate (attribution patching)".
+    point per cell (x the exact value, y the estimate), the identity line (y equal to x) dashed
+    across the points' range (where a perfect estimate would lie), and label the ``k`` worst
+    cells (``compare_estimates``'s ``"worst"``) exactly ``"L{block} {token}"``, with the token's
+    own leading space stripped: block 5's token ``" are"`` is labelled ``"L5 are"``, block 0's
+    ``"iffel"`` ``"L0 iffel"``. Put Pearson's r in the title, and label the axes "Exact
+    (activation patching)" and "Estimate (attribution patching)".
 
     Returns the ``matplotlib.figure.Figure``.
 
