@@ -28,7 +28,6 @@ from .checks import (  # noqa: F401 - first_blocks, tiny, work: fixtures
     as_map,
     check_heatmap,
     check_map,
-    check_metric_behind,  # noqa: F401 - tests/end_to_end/test_sandbox.py imports it from here
     check_patch_hook_on_a_toy_block,
     copies,
     first_blocks,

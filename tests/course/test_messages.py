@@ -20,11 +20,14 @@ import pytest
 
 
 ROOT = Path(__file__).resolve().parents[2]
-#: Every exercise's test code (its test files and the checks beside them), and the shared code
-#: that words what a test shows (each must hold messages: a rename of a helper shows here).
-SOURCES = sorted(p for p in (ROOT / "course").glob("ex*/*.py")
-                 if p.name.startswith("test_") or p.name == "checks.py") \
-    + [ROOT / "course" / "shared" / name for name in ("support.py", "secret.py", "plugin.py")]
+#: Every exercise's test code (its test files and the checks beside them, together), and the
+#: shared code that words what a test shows (each group must hold messages: a rename of a
+#: helper shows here).
+SOURCES = {**{folder.name: sorted(p for p in folder.glob("*.py")
+                                  if p.name.startswith("test_") or p.name == "checks.py")
+              for folder in sorted((ROOT / "course").glob("ex*"))},
+           **{f"shared/{name}": [ROOT / "course" / "shared" / name]
+              for name in ("support.py", "secret.py", "plugin.py")}}
 # The errors the learner kit and the reference solutions raise reach the learner too.
 RAISING = sorted((ROOT / "kata").rglob("*.py")) + sorted((ROOT / "course").glob("ex*/solution.py"))
 
@@ -169,12 +172,13 @@ def test_the_renderer_finds_a_forgotten_f_prefix():
     assert not math.isnan(float(Sample()))
 
 
-@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
-def test_every_message_renders_without_a_leftover_placeholder(path):
-    found = [(line, expression) for line, expression in messages(path) if has_text(expression)]
-    assert found, f"no messages found in {path.name}: has the helpers' naming changed?"
+@pytest.mark.parametrize("group", SOURCES)
+def test_every_message_renders_without_a_leftover_placeholder(group):
+    found = [(path, line, expression) for path in SOURCES[group]
+             for line, expression in messages(path) if has_text(expression)]
+    assert found, f"no messages found in {group}: has the helpers' naming changed?"
     leftovers, third_person = [], []
-    for line, expression in found:
+    for path, line, expression in found:
         text = render(expression)
         match = leftover(text)
         if match:

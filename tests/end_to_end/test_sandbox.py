@@ -828,7 +828,7 @@ def test_a_machine_fault_behind_a_wrong_map_is_not_swallowed():
     from types import SimpleNamespace
 
     from kata import models
-    from course.ex6_activation_patching.test_public import check_metric_behind
+    from course.ex6_activation_patching.checks import check_metric_behind
 
     def lost(*args):
         raise models.ModelNotAvailable("the model cache is gone")
