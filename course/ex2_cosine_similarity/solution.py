@@ -34,14 +34,12 @@ EPS = 1e-8
 def cosine_similarity_matrix(vectors: torch.Tensor) -> torch.Tensor:
     """Cosine similarity of every pair of rows of ``vectors``.
 
-    ``vectors`` is ``(n, d)``, one vector per row. Divide every row by its own length (its norm
-    over the last dimension) so that all rows have length 1; then one matrix product gives every
-    pairwise dot product at once. ``keepdim=True`` keeps the reduced dimension:
-    ``vectors.norm(dim=-1, keepdim=True)`` is (n, 1) and divides every row by its own length, where
-    the (n,) norms without it would broadcast along the wrong dimension. Guard the division against
-    a zero length.
+    ``vectors`` is ``(n, d)``, one vector per row. The cosine similarity of two vectors compares
+    their directions only, whatever their lengths: it is their dot product once both are brought
+    to length 1. With every row of length 1, all the pairwise dot products come at once, from one
+    matrix product.
 
-    Returns ``(n, n)``: entry ``[i, j]`` is the cosine similarity of row ``i`` and row ``j``.
+    Returns ``(n, n)``: entry (i, j) is the cosine similarity of row ``i`` and row ``j``.
     Symmetric, with ones on the diagonal. A zero vector has no direction: its similarity with every
     vector, itself included, is 0 (as ``torch.nn.functional.cosine_similarity`` gives), never NaN.
     Raises ``ValueError`` when ``vectors`` is not 2-D (for example a single 1-D vector).
@@ -64,14 +62,13 @@ def cosine_similarity_matrix(vectors: torch.Tensor) -> torch.Tensor:
 def layer_similarity(hidden_states: torch.Tensor, token_index: int) -> torch.Tensor:
     """One token's vector compared with itself across all layers.
 
-    ``hidden_states`` is ``(n_layers + 1, T, d_model)``; ``token_index`` picks the token, ``-T <=
-    token_index < T`` (negative counts from the end). ``hidden_states[:, token_index, :]`` is that
-    token at every layer, one row per layer: hand it to ``cosine_similarity_matrix``.
+    ``hidden_states`` is ``(n_layers + 1, T, d_model)``; ``token_index`` picks the token, from -T to
+    T - 1 (a negative index counts from the end, as in Python). The token's vector at every layer,
+    compared with ``cosine_similarity_matrix``, shows how far each block turns it.
 
-    Returns ``(n_layers + 1, n_layers + 1)``: entry ``[a, b]`` is the cosine similarity between the
-    token's hidden state at layer ``a`` and at layer ``b``. Raises ``IndexError`` naming the valid
-    range when ``token_index`` is not a token (``kata.token_index(token_index, T)`` checks it and
-    returns the position).
+    Returns ``(n_layers + 1, n_layers + 1)``: entry (a, b) is the cosine similarity between the
+    token's hidden state at layer a and at layer b. Raises ``IndexError`` naming the valid range
+    when ``token_index`` is not a token (``kata.token_index`` checks it and returns the position).
 
     Hint: One token at every layer: one row per layer.
 
@@ -87,13 +84,14 @@ def layer_similarity(hidden_states: torch.Tensor, token_index: int) -> torch.Ten
 def token_similarity(hidden_states: torch.Tensor, layer: int) -> torch.Tensor:
     """All tokens compared with each other inside one layer.
 
-    ``hidden_states`` is ``(n_layers + 1, T, d_model)``; ``layer`` picks the layer, ``-(n_layers +
-    1) <= layer <= n_layers``: 0 is the embedding layer, 1 the output of block 0, -1 the last.
-    ``hidden_states[layer]`` is that layer, one row per token.
+    ``hidden_states`` is ``(n_layers + 1, T, d_model)``; ``layer`` picks the layer, from
+    -(n_layers + 1) to n_layers: 0 is the embedding layer, 1 the output of block 0, -1 the last.
+    The layer's vectors, one per token, compared with ``cosine_similarity_matrix``, show which
+    tokens point the same way.
 
-    Returns ``(T, T)``: entry ``[i, j]`` is the cosine similarity of token ``i`` and token ``j`` at
-    that layer. Raises ``IndexError`` naming the valid range when ``layer`` is not a layer
-    (``kata.layer_index(layer, n_layers + 1)`` checks it and returns the index).
+    Returns ``(T, T)``: entry (i, j) is the cosine similarity of token i and token j at that
+    layer. Raises ``IndexError`` naming the valid range when ``layer`` is not a layer
+    (``kata.layer_index`` checks it and returns the index).
 
     Hint: One layer, every token: one row per token.
 
@@ -110,14 +108,14 @@ def laminar_profile(hidden_states: torch.Tensor, skip_first: bool = True) -> tor
     """Every token pair's cosine similarity, at every layer.
 
     ``hidden_states`` is ``(n_layers + 1, T, d_model)``. Each unordered pair of different tokens
-    counts once: the entries above the diagonal of ``token_similarity``, in the order of
-    ``torch.triu_indices(n, n, offset=1)``, row by row: (0, 1), (0, 2), ..., (1, 2), ... Every pair
-    is kept, even two pairs whose similarities happen to be exactly equal. With ``skip_first`` (the
-    default) the first token is left out, since it has no context and behaves as an outlier: the
-    pairs are then those of tokens 1 to T - 1.
+    counts once: the entries above the diagonal of ``token_similarity``, row by row: (0, 1), (0,
+    2), ..., (1, 2), ... (the order of ``torch.triu_indices``). Every pair is kept, even two pairs
+    whose similarities happen to be exactly equal: a pair is picked by its two tokens, never by
+    its value. With ``skip_first`` (the default) the first token is left out, since it has no
+    context and behaves as an outlier: the pairs are then those of tokens 1 to T - 1.
 
-    Returns ``(n_layers + 1, P)`` with ``P = (T - 1)(T - 2) / 2`` pairs when the first token is
-    left out, ``P = T(T - 1) / 2`` when it is kept.
+    Returns ``(n_layers + 1, P)`` with P = (T - 1)(T - 2) / 2 pairs when the first token is left
+    out, P = T(T - 1) / 2 when it is kept.
 
     Hint: Every pair of distinct tokens once per layer: the entries above the diagonal of each
     layer's token similarity matrix.
@@ -149,14 +147,12 @@ def plot_layer_similarity(
 
     ``hidden_states`` is ``(n_layers + 1, T, d_model)``; ``token_indices`` are the tokens to show,
     one panel each, in this order; ``token_labels`` are the T token strings (``token_labels[t]``
-    names token ``t``); ``vmin`` and ``vmax`` are the colour limits (0.8 to 1 shows the small
-    differences; try 0 to 1). Panel ``k`` shows ``layer_similarity(hidden_states, t)`` for ``t =
-    token_indices[k]`` with ``imshow`` (``cmap="plasma"``, ``origin="lower"``, the colour limits
-    above), is titled ``f"token {t}: {token_labels[t]!r}"`` and labels both axes "layer". The
-    figure has a colour bar. Loop over the token indices themselves (``for ax, t in zip(axes,
-    token_indices)``): the matrix and the title must both use ``t``, not the panel's position.
-    ``plt.subplots(1, n)`` gives a single ``Axes`` when n is 1; ``squeeze=False`` always gives a
-    2-D array of them (``axes[0][k]``).
+    names token t); ``vmin`` and ``vmax`` are the colour limits (0.8 to 1 shows the small
+    differences; try 0 to 1). The panel of token t shows that token's ``layer_similarity`` matrix
+    as a heatmap: the "plasma" colour map, the colour limits above, layer 0 at the bottom. It is
+    titled with the token's index and its text in quotes, as in "token 3: ' cute'", and both axes
+    are labelled "layer". The figure has a colour bar. A panel's matrix and its title name the
+    same token (the token, not the panel's position), and one panel works as well as several.
 
     Returns a matplotlib ``Figure``.
 
@@ -191,13 +187,11 @@ def plot_token_similarity(
     ``hidden_states`` is ``(n_layers + 1, T, d_model)``; ``layers`` are the layers to show, one
     panel each, in this order; ``token_labels`` are the T token strings, used as tick labels;
     ``vmin`` and ``vmax`` are the colour limits (try -1 to 1 to see that almost all similarities
-    are positive). Panel ``k`` shows ``token_similarity(hidden_states, layer)`` for ``layer =
-    layers[k]`` with ``imshow`` (``cmap="plasma"``, the colour limits above) and is titled
-    ``f"layer {layer}"`` (layer 0 may add " (embeddings)"). Both axes have one tick per token,
-    labelled with the token strings (the x labels rotated 90 degrees: ``ax.set_xticks(range(T),
-    labels=token_labels, rotation=90)``). The figure has a colour bar. As in figure 7, take the
-    matrix of the layer the title names, and make the axes with ``squeeze=False`` so that one panel
-    works too.
+    are positive). The panel of a layer shows that layer's ``token_similarity`` matrix as a
+    heatmap (the "plasma" colour map, the colour limits above) and is titled "layer 4" for layer 4
+    (layer 0 may add " (embeddings)"). Both axes have one tick per token, labelled with the token
+    strings, the x labels standing upright (rotated 90 degrees). The figure has a colour bar. As in
+    figure 7, a panel's matrix and title name the same layer, and one panel works too.
 
     Returns a matplotlib ``Figure``.
 
@@ -222,12 +216,11 @@ def plot_token_similarity(
 def plot_laminar_profile(profile: torch.Tensor):
     """Figure 9: every token pair's similarity as a dot at its layer, and the mean per layer.
 
-    ``profile`` is ``(n_layers + 1, P)``, as ``laminar_profile`` returns it. For every layer, draw
-    its P similarities as dots at x = layer plus a small random jitter (less than 0.4 either way)
-    so that the dots do not hide each other, e.g. ``ax.scatter(layer + jitter, profile[layer])``;
-    then one line through the per-layer means at x = 0, 1, ..., n_layers. Each layer's mean is the
-    average over its pairs, ``profile.mean(dim=1)``: one value per layer. Label the x axis with
-    "layer", the y axis with "cosine similarity".
+    ``profile`` is ``(n_layers + 1, P)``, as ``laminar_profile`` returns it. For every layer, its P
+    similarities are dots at x = layer plus a small random jitter (less than 0.4 either way), so
+    that the dots do not hide each other; then one line goes through the per-layer means at x = 0,
+    1, ..., n_layers. Each layer's mean is the average over its pairs: one value per layer, not
+    one per pair. The x axis is labelled "layer", the y axis "cosine similarity".
 
     Returns a matplotlib ``Figure`` with one axes.
 
