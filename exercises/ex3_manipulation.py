@@ -42,7 +42,8 @@ def text_stats(tokenizer, text):
     ``tokens`` (token ids the tokenizer makes of the text) and ``unique_tokens`` (distinct token
     ids).
 
-    Hint: Count characters on the text and tokens on tokenizer(text)['input_ids'].
+    Hint: Count the characters of the text itself, and the token ids the tokenizer makes of it;
+    a distinct one counts once however often it comes.
 
     On the models: for ``kata.KAFKA_TEXT``, GPT-2's tokenizer gives 109, 25, 22, 22 and SmolLM2's
     109, 25, 23, 23 (it makes 23 tokens).
@@ -58,11 +59,12 @@ def target_token_id(tokenizer, word):
     GPT-2-style tokenizers fold the space before a word into the token, so ``" insect"`` (id 12833
     in GPT-2) and ``"insect"`` (two pieces, ``"in"`` + ``"sect"``) differ. The experiment reads one
     log-probability, so the word must be exactly one token; a longer word is an error, never
-    silently cut to its first piece. ``tokenizer(word, add_special_tokens=False)["input_ids"]``
-    gives the pieces' ids, and ``tokenizer.decode([token_id])`` the text of each piece.
+    silently cut to its first piece. The pieces are those of the word alone, without the special
+    tokens some tokenizers add around a text.
 
     Returns an ``int``. Raises ``ValueError`` for a word that is not exactly one token, with a
-    message that lists the pieces the tokenizer made (``['in', 'sect']``).
+    message that lists the pieces the tokenizer made (``['in', 'sect']``), each as the text it
+    decodes to.
 
     Hint: A target word must be exactly one token; mind the leading space, as in ' insect'.
 
@@ -76,17 +78,16 @@ def next_token_log_probs(model, input_ids):
 
     ``input_ids`` is one sequence, shape ``(1, T)`` as the tokenizer returns it, or ``(T,)``. The
     model's output ``.logits`` holds, for every position, one raw score per vocabulary token (a
-    logit), shape ``(1, T, vocab_size)``. Run the model without gradients, take the logits at the
-    *last* position (the prediction for the token after the text) and apply log-softmax over the
-    vocabulary: softmax gives probabilities, and the post measures their logarithm.
+    logit), shape ``(1, T, vocab_size)``. The prediction for the token after the text is at the
+    *last* position; log-softmax over the vocabulary turns its logits into log-probabilities
+    (softmax gives probabilities, and the post measures their logarithm). Nothing here needs
+    gradients.
 
     Returns a float32 CPU tensor of shape ``(vocab_size,)`` whose ``exp()`` sums to 1, with no
-    autograd graph. Raises ``ValueError`` for an empty input, one longer than
-    ``kata.context_length(model)`` or more than one sequence (``kata.one_sequence(input_ids,
-    model)`` checks all three).
+    autograd graph. Raises ``ValueError`` for an empty input, one longer than the model's context
+    (``kata.context_length``) or more than one sequence (``kata.one_sequence`` checks all three).
 
-    Hint: The model's prediction for the next token is in the logits of the last position:
-    logits[0, -1].
+    Hint: The model's prediction for the next token is in the logits of the last position.
 
     On the models: the clean log-probability of " insect" after the Kafka text is about -4.71 on
     SmolLM2 (GPT-2's is in figure 11 of the post).
@@ -100,13 +101,12 @@ def top_next_tokens(model, tokenizer, input_ids, k=21):
     """The ``k`` most likely next tokens after ``input_ids``, as figure 10 lists them.
 
     The same forward pass as ``next_token_log_probs``, read before log-softmax: the last position's
-    raw logits, ranked with ``torch.topk(logits, k)``, which returns the values and the indices,
-    largest first. (A small helper shared by the two functions keeps the input checks in one
-    place.)
+    raw logits, the ``k`` largest first, with the tokens they belong to. (A small helper shared by
+    the two functions keeps the input checks in one place.)
 
     Returns a list of ``k`` pairs ``(token text, logit)``, highest logit first, e.g. ``(" insect",
-    9.93)`` for SmolLM2. The text is ``tokenizer.decode([token_id])``, which keeps the token's
-    leading space; the logit is a Python float.
+    9.93)`` for SmolLM2. The text is the token decoded on its own, which keeps its leading space;
+    the logit is a Python float.
 
     Hint: The same last-position logits as next_token_log_probs, ranked.
 
@@ -122,20 +122,19 @@ def make_scaling_hook(factor):
     """A forward hook that replaces a block's output with the output times ``factor``.
 
     Exercise 1's hooks only looked at a block's output; a forward hook that *returns* a value
-    replaces it. Register the result with ``block.register_forward_hook(hook)``: PyTorch then calls
-    ``hook(module, inputs, output)`` after the block runs, and what the hook returns is what the
-    block outputs. The block's output may be
+    replaces it: PyTorch calls the hook with the module, its inputs and its output after the block
+    runs, and what the hook returns is what the block outputs. The block's output may be
 
-    * a tensor ``(batch, T, d_model)`` (GPT-2 from transformers 5.3, Llama-family models):
-      return ``output * factor``, a tensor;
-    * a tuple whose first element is that tensor (GPT-2 up to transformers 5.2): return a
-      tuple with the first element scaled and the others unchanged.
+    * a tensor ``(batch, T, d_model)`` (GPT-2 from transformers 5.3, Llama-family models): the
+      hook returns that tensor times ``factor``;
+    * a tuple whose first element is that tensor (GPT-2 up to transformers 5.2): the hook returns
+      a tuple with the first element scaled and the others unchanged.
 
-    Build new tensors out of place: never scale in place (``mul_``, ``*=``), which would also
-    change the tensor the block and other hooks still hold. Check ``isinstance(output, tuple)``; on
-    a tensor, ``output[0]`` is the first row of the batch, not "the hidden states".
+    The hook builds new tensors out of place: scaling in place (``mul_``, ``*=``) would also change
+    the tensor the block and other hooks still hold. Tell the two kinds of output apart by their
+    type: the first element of a tensor is the first row of the batch, not "the hidden states".
 
-    Returns the hook, a function ``hook(module, inputs, output)``.
+    Returns the hook, a function of ``(module, inputs, output)``.
 
     Hint: A forward hook that returns a value replaces the module's output.
 
@@ -147,18 +146,18 @@ def make_scaling_hook(factor):
 def scaling_experiment(model, input_ids, target_id, factor=0.8):
     """The target's log-probability with each block's output scaled, one block at a time.
 
-    For block ``i`` (``kata.blocks(model)[i]``): register ``make_scaling_hook(factor)`` on it, read
-    ``next_token_log_probs(model, input_ids)[target_id]``, remove the hook. Only that one block is
-    scaled in that run. Register with ``prepend=True``, which puts your hook first among the
-    block's hooks: transformers 5 keeps hooks of its own on the blocks to record
-    ``output_hidden_states``, and with your hook first they record the scaled output too. Remove
-    every hook in a ``finally`` block so that, even when the forward pass raises, the model's hooks
-    end exactly as they were. Scaling the *last* block barely changes anything: the final norm
-    divides its input by its own size, so a global factor cancels out (up to the norm's epsilon).
+    Entry i is the log-probability of ``target_id`` (``next_token_log_probs``) while block i of
+    ``kata.blocks`` has its output scaled by ``factor`` (``make_scaling_hook``): only that one
+    block is scaled in that run. Hooks already on a block see its scaled output: transformers 5
+    keeps hooks of its own on the blocks to record ``output_hidden_states``, and they must record
+    what the scaled run computed. Every hook it adds is removed before it returns, even when a
+    forward pass raises, so the model's hooks end exactly as they were, and the error passes on.
+    Scaling the *last* block barely changes anything: the final norm divides its input by its own
+    size, so a global factor cancels out (up to the norm's epsilon).
 
     Returns a float32 tensor of shape ``(n_layers,)``, one value per block, with no autograd graph.
-    Raises ``ValueError`` if ``target_id`` is not a token id of the model
-    (``kata.token_id(target_id, vocab_size)`` checks it).
+    Raises ``ValueError`` if ``target_id`` is not a token id of the model (``kata.token_id``
+    checks it).
 
     Hint: One run per block: scale that block's output only, measure the target's log-probability,
     undo the hook.
@@ -176,10 +175,9 @@ def plot_scaling_experiment(values, clean_value):
     """Figure 11: the target's log-probability for each scaled block, against the clean run.
 
     ``values``: shape ``(n_layers,)``, from ``scaling_experiment``; ``clean_value``: the target's
-    log-probability without any hook. Draw one marker per block at x = block index (0, 1, ...),
-    e.g. ``ax.plot(x, values, "o")``, and a dashed horizontal line at ``clean_value`` whose label
-    shows the number (``ax.axhline(clean_value, linestyle="--", label=...)``, then a legend); x
-    label "Transformer block", y label "Log softmax". A wide figure, about (9, 3).
+    log-probability without any hook. One marker per block at x = block index (0, 1, ...), and a
+    dashed horizontal line at ``clean_value`` whose label, shown in a legend, gives the number; x
+    label "Transformer block", y label "Log softmax". A wide figure, about 9 by 3 inches.
 
     Returns the ``matplotlib.figure.Figure``.
 
