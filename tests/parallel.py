@@ -25,12 +25,14 @@ from xdist.scheduler import LoadScopeScheduling
 #: sandboxed batch 66 s of it; the notebooks 53 s; the Classroom and Gradescope steps 49 s).
 TOGETHER = ("test_sandbox.py", "test_notebooks.py", "test_class_grading.py", "test_grader.py",
             "test_batch_worker.py", "test_same_verdict.py", "test_cli.py", "test_model_facts.py",
-            "test_learner_mode.py", "test_stubs_fail.py", "test_classroom_act.py")
+            "test_learner_mode.py", "test_stubs_fail.py", "test_classroom_act.py",
+            "test_fair_grades.py")
 
 
 #: Files of long tests that are units of their own (20 to 40 s each in the suite), handed out
 #: right after :data:`TOGETHER`: left for the end, one keeps a worker busy while the other waits.
-LONG = ("test_secret_seeds.py", "test_figures.py")
+LONG = ("test_secret_seeds.py", "test_figures.py", "test_reference_cache.py",
+        "test_table_attack.py")
 
 
 def together(nodeid: str) -> str | None:

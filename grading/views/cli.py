@@ -92,11 +92,14 @@ def _add_limits(parser, batch: bool):
                         help="address-space limit of each test process in MiB; 0 for none "
                              f"(default {default}; use 0 on a GPU)")
     if batch:
-        parser.add_argument("--call-timeout", type=float, default=CALL_SECONDS,
-                            metavar="SECONDS",
-                            help="how long one call of a learner's function may run before it "
-                                 f"fails as timed out and the exercise goes on (default "
-                                 f"{CALL_SECONDS:g})")
+        _add_call_timeout(parser)
+
+
+def _add_call_timeout(parser):
+    parser.add_argument("--call-timeout", type=float, default=CALL_SECONDS, metavar="SECONDS",
+                        help="how long one call of a learner's function may run before it "
+                             f"fails as timed out and the exercise goes on (default "
+                             f"{CALL_SECONDS:g})")
 
 
 def _add_reports(parser):
@@ -228,6 +231,7 @@ def build_parser() -> Parser:
     bundle.add_argument("zip", metavar="ZIP", type=Path,
                         help="the zip to write, e.g. autograder.zip")
     _add_exercise_ids(bundle)
+    _add_call_timeout(bundle)
 
     command("cpus", "how many CPUs the grader may use here (a container's quota, not the host's "
                     "cores; KATA_CPUS overrides it), which sets batch's default --lanes")
@@ -255,6 +259,7 @@ def build_parser() -> Parser:
     run.add_argument("--memory-limit", type=int, default=GRADESCOPE_MEMORY_MB, metavar="MB",
                      help="address-space limit of each test process in MiB "
                           f"(default {GRADESCOPE_MEMORY_MB})")
+    _add_call_timeout(run)
 
     # ------------------------------------------------------------------ maintainers
     _add_check_only(command("generate", "write what is generated from course/: the stubs in "
@@ -505,7 +510,8 @@ def gradescope_bundle(args, root: Path) -> int:
     from grading.views.gradescope import build_gradescope_bundle
 
     path = build_gradescope_bundle(args.zip, source_root=root,
-                                   exercises=_exercise_ids(args.exercises))
+                                   exercises=_exercise_ids(args.exercises),
+                                   call_seconds=args.call_timeout)
     with zipfile.ZipFile(path) as archive:
         count = len(archive.namelist())
     print(f"wrote {path} ({count} files, no solutions/): upload it as the autograder")
@@ -544,7 +550,7 @@ def gradescope_run(args, root: Path) -> int:
 
     autograder = args.root or Path(os.environ.get("KATA_AUTOGRADER_ROOT", "/autograder"))
     result = grade_for_gradescope(autograder, _split_ids(args.exercises), args.timeout,
-                                  args.memory_limit)
+                                  args.memory_limit, args.call_timeout)
     return 0 if result is not None else 1
 
 

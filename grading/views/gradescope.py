@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from grading.core.declarations import handed_out_files, load_exercises
+from grading.core.faults import CALL_SECONDS
 from kata.requirements import SMOLLM2_PACKAGE
 
 from grading.views import reports
@@ -124,16 +125,20 @@ def _add_script(archive: zipfile.ZipFile, name: str, text: str) -> None:
 
 
 def build_gradescope_bundle(zip_path: Path | str, source_root: Path | str = ROOT,
-                            exercises: Sequence[str] | None = None) -> Path:
+                            exercises: Sequence[str] | None = None,
+                            call_seconds: float = CALL_SECONDS) -> Path:
     """Write the autograder zip and return its path.
 
     Args:
         zip_path: where the zip goes.
         source_root: the kata to bundle (default: this one).
-        exercises: grade only these exercise ids (default: every exercise of the manifest).
+        exercises: grade only these exercise ids (default: every exercise).
+        call_seconds: the deadline of one call of a learner's function.
     """
     zip_path, source_root = Path(zip_path), Path(source_root)
     options = f" --exercises {','.join(exercises)}" if exercises else ""
+    if call_seconds != CALL_SECONDS:
+        options += f" --call-timeout {call_seconds:g}"
     zip_path.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(zip_path, "w", zipfile.ZIP_DEFLATED) as archive:
         _add_script(archive, "setup.sh", SETUP_SH)
@@ -157,8 +162,8 @@ def _failure_results(error: BaseException, seconds: float) -> dict:
 
 
 def grade_for_gradescope(root: Path | str, exercise_ids: Sequence[str] | None = None,
-                         timeout: float = TIMEOUT,
-                         memory_limit_mb: int = MEMORY_LIMIT_MB) -> SubmissionResult | None:
+                         timeout: float = TIMEOUT, memory_limit_mb: int = MEMORY_LIMIT_MB,
+                         call_seconds: float = CALL_SECONDS) -> SubmissionResult | None:
     """Grade ``root/submission`` with the kata in ``root/source``; write
     ``root/results/results.json``. Returns the result (None when the grader failed)."""
     root = Path(root)
@@ -176,7 +181,7 @@ def grade_for_gradescope(root: Path | str, exercise_ids: Sequence[str] | None = 
         # Where the container allows no sandbox, the learner's side runs as a user of its own,
         # still across the trust boundary, and results.json's output says so.
         options = GradingOptions(timeout=timeout, memory_limit_mb=memory_limit_mb, sandbox=True,
-                                 unprivileged_fallback=True)
+                                 unprivileged_fallback=True, call_seconds=call_seconds)
         [result] = grade_batch([root / "submission"], root / "source", exercises, options)
     except Exception as error:  # noqa: BLE001 - Gradescope must get a results.json whatever happens
         reports.write_atomically(results_path, _failure_results(error, time.monotonic() - started))
