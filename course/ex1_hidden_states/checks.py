@@ -365,7 +365,7 @@ def check_variance(variance, hidden, token_index: int, then: str = "") -> None:
     n_hidden, _, d_model = hidden.shape
     check_tensor(variance, "activation_variance", "one variance per layer")
     shape = tuple(variance.shape)
-    expect(shape != (d_model,), "variance-over-layers", (
+    expect(shape != (d_model,) or d_model == n_hidden, "variance-over-layers", (
         f"activation_variance has shape {shape}, expected ({n_hidden},): that is one value per "
         f"dimension, a variance over the layers; take it over the {d_model} activations of each "
         "layer instead"))

@@ -359,7 +359,9 @@ class RemoteSession:
             mutated = reply.get("mutated", [])
             self.changed_inputs = self.changed_inputs or bool(mutated)
             if _INPUTS_GUARDED and mutated:
-                raise AssertionError(_CHANGED_INPUTS.format(
+                from course.shared.diagnosis import diagnose
+
+                diagnose("inputs-changed-in-place", _CHANGED_INPUTS.format(
                     count=len(mutated) if isinstance(mutated, list) else "some"))
             decoder.apply_mutations(mutated, blobs)
             if "error" in reply:

@@ -5,7 +5,7 @@ fails a correct answer on some seeds costs a learner points for the machine's dr
 and not the next. One did: exercise 2's figure check sampled 3 layers from a stack that had 2.
 A learner's own session draws a new seed each time, which finds such a check only by chance;
 here every secret check runs against the solutions on each of the same :data:`SEEDS`, in this
-process: one pytest session collects them once and runs them once per seed.
+process: one pytest session per exercise collects its checks once and runs them once per seed.
 """
 
 from __future__ import annotations
@@ -51,8 +51,9 @@ class EverySeed:
         return True  # the loop is done
 
 
-def test_every_secret_check_passes_the_solutions_on_every_seed(request, monkeypatch):
-    tests = [str(request.config.rootpath / exercise.tests) for exercise in load_exercises()]
+@pytest.mark.parametrize("exercise", load_exercises(), ids=lambda e: e.id)
+def test_every_secret_check_passes_the_solutions_on_every_seed(request, monkeypatch, exercise):
+    tests = [str(request.config.rootpath / exercise.tests)]
     monkeypatch.delenv(SECRET_SEED_VARIABLE, raising=False)  # else it takes the place of a pass's
     monkeypatch.setattr(secret, "_SESSION_SEED", secret._SESSION_SEED)  # put back afterwards
     plugin = EverySeed(SEEDS)
