@@ -7,8 +7,10 @@ names what is stale (a maintainer test fails on a stale file).
   percent format), without outputs; the set-up cell every notebook starts with has one source,
   ``course/shared/notebook_setup.py``, put where a source has the marker cell.
 * **Tables in the docs.** Each ``<!-- generated: NAME -->`` ... ``<!-- end NAME -->`` region of
-  ``README.md`` and ``docs/*.md`` is rewritten from the declarations (:data:`TABLES`), so no
-  number the declarations fix is written by hand.
+  ``README.md`` and ``docs/*.md`` is rewritten from the declarations and from the constants
+  that set the grader's limits (:data:`TABLES`), so no number they fix is written by hand
+  (``tests/grader/test_docs.py`` holds the docs to that). ``docs/performance.md`` is not among
+  them: ``benchmarks/run.py`` writes it whole.
 """
 
 from __future__ import annotations
@@ -148,8 +150,69 @@ def points_summary(exercises) -> str:
             f"**{sum(e.points for e in bonus)} extra points**.")
 
 
+def _seconds(value: float) -> str:
+    return f"{value:g} s"
+
+
+def limits_table(exercises) -> str:
+    """The time and memory limits of each way of grading, from the constants that set them (the
+    command line's defaults, Gradescope's and Classroom's): what an instructor may change."""
+    from grading.core.faults import CALL_SECONDS
+    from grading.views.check import DEFAULT_TIMEOUT as CHECK_TIMEOUT
+    from grading.views.classroom import CHECK_TIMEOUT_SECONDS, STEP_TIMEOUT_MINUTES
+    from grading.views.cli import DEFAULT_BATCH_MEMORY_MB, DEFAULT_TIMEOUT
+    from grading.views.gradescope import MEMORY_LIMIT_MB, TIMEOUT
+    from kata.serve import GENERATIONS
+
+    in_place = "none of its own: your code runs in the tests' process"
+    rows = [
+        "| grading | each exercise's tests | one call of a learner's function | memory of each "
+        "test process |",
+        "|---|---|---|---|",
+        f"| `python grader.py`, `watch` | {_seconds(DEFAULT_TIMEOUT)} (`--timeout`; `watch "
+        f"--warm`: none) | {in_place} | no limit (`--memory-limit`) |",
+        f"| `python grader.py check N` | {_seconds(CHECK_TIMEOUT)} (`--timeout`) | {in_place} "
+        "| no limit |",
+        f"| `python grader.py batch` | {_seconds(DEFAULT_TIMEOUT)} (`--timeout`) | "
+        f"{_seconds(CALL_SECONDS)} (`--call-timeout`) | {DEFAULT_BATCH_MEMORY_MB} MiB "
+        "(`--memory-limit`; 0 for none, as on a GPU) |",
+        f"| Gradescope (`gradescope-run`) | {_seconds(TIMEOUT)} | {_seconds(CALL_SECONDS)} "
+        f"(`gradescope-bundle --call-timeout`) | {MEMORY_LIMIT_MB} MiB |",
+        f"| Classroom (`classroom-step`) | {_seconds(CHECK_TIMEOUT_SECONDS)}, in a step of "
+        f"{STEP_TIMEOUT_MINUTES} minutes | {_seconds(CALL_SECONDS)} | no limit |",
+        "",
+        f"Across the boundary (batch, Gradescope, Classroom) an exercise may use {GENERATIONS} "
+        "learner processes: the first, and one more each time a call ends the one before.",
+    ]
+    return "\n".join(rows)
+
+
+def sandbox_caps_table(exercises) -> str:
+    """The sandbox's caps on a submission's learner side, from the constants that set them."""
+    from grading.box.learner_box import CPU_MARGIN_SECONDS
+    from grading.box.sandbox import MAX_FILE_MB, MAX_PROCESSES, SHM_MB, TMP_MB, UNPRIVILEGED
+
+    rows = [
+        "| cap | value | how |",
+        "|---|---|---|",
+        f"| processes and threads of one submission at once | {MAX_PROCESSES} | the submission's "
+        "cgroup (`pids.max`), else `RLIMIT_NPROC` in each process |",
+        "| memory | the grading's memory limit (`--memory-limit`) | over all the submission's "
+        "processes (its cgroup), else `RLIMIT_AS` in each process |",
+        f"| largest file a process may write | {MAX_FILE_MB} MiB | `RLIMIT_FSIZE` |",
+        f"| the private `/tmp` | {TMP_MB} MiB | a tmpfs of the sandbox's own |",
+        f"| the private `/dev/shm` | {SHM_MB} MiB | a tmpfs of the sandbox's own |",
+        f"| CPU time of an exercise's learner process | the exercise's time limit + "
+        f"{CPU_MARGIN_SECONDS} s | `RLIMIT_CPU` |",
+        f"| user | uid {UNPRIVILEGED} when the grader runs as root | `setuid` before any learner "
+        "file is imported |",
+    ]
+    return "\n".join(rows)
+
+
 #: What a ``<!-- generated: NAME -->`` region holds: NAME -> a function of the exercises.
-TABLES = {"exercises-table": exercises_table, "points": points_summary}
+TABLES = {"exercises-table": exercises_table, "points": points_summary,
+          "limits": limits_table, "sandbox-caps": sandbox_caps_table}
 
 
 def with_tables(text: str, exercises) -> str:
