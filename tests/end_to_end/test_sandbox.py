@@ -731,6 +731,44 @@ def test_the_learners_side_holds_no_answer(tmp_path):
     assert not forbidden, f"the learner's side can read: {forbidden[:10]}"
 
 
+@needs_sandbox
+def test_a_sandboxed_process_can_import_the_learner_kit_and_the_exercise_files_only(tmp_path):
+    """The sandbox receives one folder of the kata, the learner kit (``kata/``), and the learner's
+    exercise files: of the kata's own packages, a sandboxed process can import those two and
+    nothing else (not the course, the grader or the maintainers' tests, not even through the
+    editable install, which points at the instructor's folder, hidden there)."""
+    from grading.box.learner_box import build_learner_box
+    from grading.box.sandbox import Sandbox
+
+    box = tmp_path / "learner"
+    build_learner_box(REPO, box, {EXERCISE.module: _source("honest").encode()})
+    assert sorted(p.name for p in box.iterdir()) == ["exercises", "kata"]
+    sandbox = Sandbox.create([REPO, tmp_path], 0)
+    probe = textwrap.dedent('''
+        import importlib, json, pkgutil, sys
+        tops = sorted({m.name for m in pkgutil.iter_modules([p for p in sys.path
+                                                              if p.startswith("/tmp/kata")])})
+        tried = {}
+        for name in ("kata", "exercises", "course", "grading", "tests", "solutions"):
+            try:
+                importlib.import_module(name)
+                tried[name] = True
+            except ImportError:
+                tried[name] = False
+        print(json.dumps({"tops": tops, "imports": tried}))
+    ''')
+    try:
+        command = sandbox.command([sys.executable, "-c", probe], box, {})
+        done = subprocess.run(command, env=sandbox.environment(dict(os.environ)),
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        sandbox.close()
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["tops"] == ["exercises", "kata"], (seen, done.stderr[-2000:])
+    assert seen["imports"] == {"kata": True, "exercises": True, "course": False,
+                               "grading": False, "tests": False, "solutions": False}, seen
+
+
 # --------------------------------------------------------------------------- without grading
 
 
