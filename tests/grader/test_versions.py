@@ -1,4 +1,5 @@
-"""Supported versions are the tested ones: pyproject's floors, CI's legs and the README agree."""
+"""Supported versions are the tested ones: pyproject's floors, CI's legs and the versions matrix
+of docs/maintainers.md agree."""
 
 import re
 import subprocess
@@ -11,11 +12,13 @@ from kata import requirements
 
 
 ROOT = Path(__file__).resolve().parents[2]
+#: Where the supported versions are written for maintainers (its "Supported versions" section).
+MATRIX_DOCUMENT = ROOT / "docs" / "maintainers.md"
 
 
-def readme_matrix() -> dict[str, tuple[str, str]]:
-    """``package -> (floors leg, newest leg)`` from the README's versions matrix."""
-    text = (ROOT / "README.md").read_text()
+def documented_matrix() -> dict[str, tuple[str, str]]:
+    """``package -> (floors leg, newest leg)`` from the versions matrix of docs/maintainers.md."""
+    text = MATRIX_DOCUMENT.read_text()
     block = text.split("<!-- versions-matrix -->")[1].split("<!-- /versions-matrix -->")[0]
     rows = {}
     for line in block.splitlines():
@@ -25,19 +28,19 @@ def readme_matrix() -> dict[str, tuple[str, str]]:
     return rows
 
 
-def test_every_declared_floor_is_in_the_readme_matrix():
+def test_every_declared_floor_is_in_the_documented_matrix():
     pins = dict(pin.split("==") for pin in requirements.floor_pins())
-    matrix = readme_matrix()
-    in_readme = {name.split(" (")[0]: floor for name, (floor, _) in matrix.items()}
-    in_readme.pop("Python")
-    assert in_readme == pins
+    matrix = documented_matrix()
+    documented = {name.split(" (")[0]: floor for name, (floor, _) in matrix.items()}
+    documented.pop("Python")
+    assert documented == pins
 
 
-def test_readme_python_is_the_declared_minimum():
+def test_the_documented_python_is_the_declared_minimum():
     import tomllib
 
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
-    assert declared == f">={readme_matrix()['Python'][0]}"
+    assert declared == f">={documented_matrix()['Python'][0]}"
 
 
 def test_ci_runs_a_newest_and_a_floors_leg():
