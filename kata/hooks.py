@@ -1,12 +1,16 @@
-"""Seeing and undoing the hooks on a model.
+"""Seeing and undoing the hooks on a model: the one module that names torch's hook tables.
 
 PyTorch hooks are global state on a module: a hook that is never removed keeps changing every
 later forward pass. The kata's tests use :func:`hook_snapshot` to check that an exercise leaves a
 model exactly as it found it, and :func:`restore_hooks` to undo a leak so one mistake cannot
-spoil the tests that run after it.
+spoil the tests that run after it; both sides of the grader's boundary read a module's hooks
+with :func:`added_hooks` and pickle a module with :func:`without_hooks`.
 """
 
 from __future__ import annotations
+
+import collections
+from contextlib import contextmanager
 
 from torch import nn
 
@@ -85,3 +89,45 @@ def restore_hooks(model: nn.Module, snapshot: HookSnapshot) -> list[str]:
                 if attribute in ("_forward_hooks", "_forward_pre_hooks"):
                     removed.append(name or "<model>")
     return removed
+
+
+def is_library_hook(hook) -> bool:
+    """A hook transformers installs itself (to collect hidden states), not a test's or a
+    learner's."""
+    return str(getattr(hook, "__module__", "") or "").startswith("transformers.")
+
+
+def added_hooks(module: nn.Module, clean: tuple = ((), ())) -> list[tuple[str, object, bool, bool]]:
+    """``[(kind, hook, with_kwargs, always_call)]``: the forward pre-hooks (``"pre"``) and hooks
+    (``"post"``) on ``module`` that are not in ``clean`` (its ``(pre ids, hook ids)`` of a
+    :func:`hook_snapshot`) and not transformers' own, in the order they run."""
+    keep = set(clean[0]) | set(clean[1])
+    found = []
+    for kind, table, with_kwargs in (
+            ("pre", module._forward_pre_hooks, module._forward_pre_hooks_with_kwargs),
+            ("post", module._forward_hooks, module._forward_hooks_with_kwargs)):
+        for hook_id, hook in table.items():
+            if hook_id not in keep and not is_library_hook(hook):
+                found.append((kind, hook, hook_id in with_kwargs,
+                              hook_id in getattr(module, "_forward_hooks_always_called", {})))
+    return found
+
+
+@contextmanager
+def without_hooks(module: nn.Module):
+    """``module`` and its submodules as they would load fresh, for as long as the block runs:
+    no hooks, and no note from transformers that its own hooks are installed."""
+    saved = []
+    for sub in module.modules():
+        saved.append((sub, {name: getattr(sub, name) for name in HOOK_DICTS},
+                      sub.__dict__.pop("_output_capturing_hooks_installed", None)))
+        for name in HOOK_DICTS:
+            setattr(sub, name, collections.OrderedDict())
+    try:
+        yield module
+    finally:
+        for sub, tables, flag in saved:
+            for name, table in tables.items():
+                setattr(sub, name, table)
+            if flag is not None:
+                sub.__dict__["_output_capturing_hooks_installed"] = flag

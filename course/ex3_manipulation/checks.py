@@ -24,6 +24,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 import kata  # noqa: E402
 from course.shared.diagnosis import diagnose  # noqa: E402
+from course.shared.reference import recorded  # noqa: E402
 from course.shared.support import (  # noqa: E402
     TensorBlock,
     check_close,
@@ -322,12 +323,11 @@ def recorded_with_hook(model, input_ids, block: int, hook, prepend: bool = True)
     handle = None if hook is None else kata.blocks(model)[block].register_forward_hook(
         hook, prepend=prepend)
     try:
-        with torch.no_grad():
-            out = model(input_ids, output_hidden_states=True)
+        hidden, logits = recorded(model, input_ids)
     finally:
         if handle is not None:
             handle.remove()
-    return out.hidden_states[block + 1], out.logits
+    return hidden[block + 1], logits
 
 
 def run_with_hook(block, hook, x):

@@ -14,14 +14,22 @@ from kata.architectures import blocks
 from kata.compat import block_hidden, with_block_hidden
 
 
-def hidden_states(model, input_ids: torch.Tensor) -> torch.Tensor:
-    """``(n_layers + 1, T, d_model)`` float32 CPU: the model's own ``output_hidden_states`` for
-    one text's ids ``(1, T)`` (index 0 the embedding layer, the last after the final norm)."""
+def recorded(model, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(hidden states, logits)``: what the model records for one text's ids ``(1, T)`` with
+    whatever hooks are on it, ``(n_layers + 1, T, d_model)`` and ``(T, vocab_size)``, float32
+    CPU (the hidden states' index 0 the embedding layer, the last after the final norm)."""
     input_ids = torch.as_tensor(input_ids).reshape(1, -1).to(model.device)
     with torch.no_grad():
         outputs = model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
                         output_hidden_states=True)
-    return torch.stack(outputs.hidden_states)[:, 0].float().cpu()
+    return (torch.stack(outputs.hidden_states)[:, 0].float().cpu(),
+            outputs.logits[0].float().cpu())
+
+
+def hidden_states(model, input_ids: torch.Tensor) -> torch.Tensor:
+    """``(n_layers + 1, T, d_model)`` float32 CPU: the model's own hidden states for one
+    text's ids ``(1, T)`` (:func:`recorded`)."""
+    return recorded(model, input_ids)[0]
 
 
 def reference_logits(model, input_ids: torch.Tensor) -> torch.Tensor:

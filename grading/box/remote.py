@@ -41,7 +41,6 @@ a parameter's ``.grad`` crosses only as "has one" (a stand-in of zeros on the tr
 from __future__ import annotations
 
 import builtins
-import collections
 import os
 import pickle
 import sys
@@ -51,7 +50,7 @@ from torch import nn
 
 from grading.core.faults import (CALL_SECONDS_VARIABLE, MEMORY_LIMIT_VARIABLE, Ended, LearnerFault,
                                  kind_of)
-from kata.hooks import HOOK_DICTS
+from kata.hooks import added_hooks, without_hooks
 from kata.serve import Pairs, parse_pairs
 from kata.serve.channel import Peer
 from kata.serve.codec import ChannelClosed, Codec, FrameError, read_frame, write_frame
@@ -213,22 +212,8 @@ _PLACEHOLDERS = (_placeholder_pre, _placeholder_post)
 def _pickled_without_hooks(module: nn.Module) -> bytes:
     """``module`` pickled as it would load fresh: without hooks (the test's own cross as
     callbacks) and without transformers' note that its own hooks are installed."""
-    saved = []
-    for sub in module.modules():
-        saved.append((sub, {name: getattr(sub, name) for name in HOOK_DICTS},
-                      sub.__dict__.pop("_output_capturing_hooks_installed", None)))
-        for name in HOOK_DICTS:
-            setattr(sub, name, collections.OrderedDict())
-    try:
+    with without_hooks(module):
         return pickle.dumps(module)
-    finally:
-        for sub, tables, flag in saved:
-            for name, table in tables.items():
-                setattr(sub, name, table)
-            if flag is not None:
-                sub.__dict__["_output_capturing_hooks_installed"] = flag
-
-
 
 
 def _fingerprint(module: nn.Module) -> tuple:
@@ -416,18 +401,9 @@ class RemoteSession:
     # -- the test's hooks, run for the sandbox -----------------------------------
 
     def _test_hooks(self, module: nn.Module, clean: tuple) -> list[tuple]:
-        """``[(kind, hook, with_kwargs, always_call)]``: hooks the test put on ``module``."""
-        keep = set(clean[0]) | set(clean[1])
-        found = []
-        for kind, table in (("pre", module._forward_pre_hooks), ("post", module._forward_hooks)):
-            for hook_id, hook in table.items():
-                if hook_id in keep or hook in _PLACEHOLDERS or _library_hook(hook):
-                    continue
-                kwargs_table = (module._forward_pre_hooks_with_kwargs if kind == "pre"
-                                else module._forward_hooks_with_kwargs)
-                found.append((kind, hook, hook_id in kwargs_table,
-                              hook_id in getattr(module, "_forward_hooks_always_called", {})))
-        return found
+        """``[(kind, hook, with_kwargs, always_call)]``: hooks the test put on ``module`` (not
+        the stand-ins for the learner's)."""
+        return [entry for entry in added_hooks(module, clean) if entry[1] not in _PLACEHOLDERS]
 
     def _instrumentation(self, roots: dict) -> list[dict]:
         specs = []
@@ -528,10 +504,6 @@ class RemoteSession:
         if kind == "v" and type(name) is int:
             return self.values.get(name)
         return None
-
-
-def _library_hook(hook) -> bool:
-    return str(getattr(hook, "__module__", "") or "").startswith("transformers.")
 
 
 class TrustedCodec(Codec):

@@ -102,16 +102,10 @@ class Models:
                                f"{type(error).__name__}: {error}"[:500]) from error
 
     def _load(self, name: str) -> None:
-        import torch
+        from kata.session_models import load_warm
 
-        from kata.hooks import hook_snapshot
-        from kata.models import load_model
-
-        model, tokenizer = load_model(name)
-        ids = tokenizer("Hello there", return_tensors="pt")["input_ids"].to(model.device)
-        with torch.no_grad():  # transformers 5 installs its own hooks on first use
-            model(ids, output_hidden_states=True)
-        self.loaded[name] = (model, tokenizer, hook_snapshot(model))
+        model, tokenizer, clean = load_warm(name)
+        self.loaded[name] = (model, tokenizer, clean)
         self._index.update({id(m): (name, path) for path, m in model.named_modules()})
         self._tokenizers[id(tokenizer)] = name
 
@@ -308,7 +302,7 @@ class Exercise:
     def leaked_hooks(self) -> list:
         """``[[root, [[path, pre-hooks, hooks], ...], [parameters with a .grad]], ...]``: what
         the learner's code left on the models it was given (hooks, gradients)."""
-        from kata.hooks import hook_snapshot
+        from kata.hooks import added_hooks, hook_snapshot
 
         report = []
         for kind, key in sorted(self.touched, key=repr):
@@ -316,17 +310,12 @@ class Exercise:
                 model, _, clean = self.models.loaded[key]
             else:
                 model, clean = self.values[key], {}
-            now = hook_snapshot(model)
             left = []
-            for path, (pre, post) in now.items():
-                keep_pre, keep_post = clean.get(path, ((), ()))
-                module = model.get_submodule(path)
-                extra_pre = len([h for h in pre if h not in keep_pre
-                                 and not _library_hook(module._forward_pre_hooks[h])])
-                extra_post = len([h for h in post if h not in keep_post
-                                  and not _library_hook(module._forward_hooks[h])])
-                if extra_pre or extra_post:
-                    left.append([path, extra_pre, extra_post])
+            for path in hook_snapshot(model):
+                added = added_hooks(model.get_submodule(path), clean.get(path, ((), ())))
+                extra_pre = sum(1 for entry in added if entry[0] == "pre")
+                if added:
+                    left.append([path, extra_pre, len(added) - extra_pre])
             grads = [name for name, parameter in model.named_parameters()
                      if parameter.grad is not None][:5000]
             report.append([[kind, key], left[:1000], grads])
@@ -399,11 +388,6 @@ class Exercise:
         lines = [f"  {self.impl_dir.name}/{Path(f.filename).name}, line {f.lineno}, in {f.name}: "
                  f"{(f.line or '').strip()}" for f in self._own_frames(error)]
         return "\n".join(lines[-12:])[:3000]
-
-
-def _library_hook(hook) -> bool:
-    """A hook transformers installs itself (to collect hidden states), not the learner's."""
-    return str(getattr(hook, "__module__", "") or "").startswith("transformers.")
 
 
 def _no_such_function(module: str, name: str, *args, **kwargs):
