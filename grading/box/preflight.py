@@ -100,17 +100,22 @@ def preflight(quick: bool = False) -> list[str]:
 
 
 def canary(root: Path, exercises, options) -> tuple[bool, str]:
-    """Grade ``root/solutions`` like a submission (in the sandbox when ``options`` say so).
+    """Grade the reference solutions of ``root`` like a submission (in the sandbox when
+    ``options`` say so). Returns ``(True, summary)`` at full marks, else ``(False, why)``."""
+    import tempfile
 
-    Returns ``(True, summary)`` at full marks, else ``(False, why)``.
-    """
     from grading.box.submissions import grade_submission
+    from grading.core.synthetic import make_submission
 
-    solutions = Path(root) / "solutions"
-    if not solutions.is_dir():
-        return False, f"the canary grades {solutions}, which does not exist here"
-    result = grade_submission(solutions, "canary (reference solutions)", Path(root), exercises,
-                              options)
+    missing = [e.source("solutions") for e in exercises
+               if not (Path(root) / e.source("solutions")).is_file()]
+    if missing:
+        return False, f"the canary grades the solutions, and {missing[0]} does not exist here"
+    with tempfile.TemporaryDirectory(prefix="kata-canary-") as folder:
+        os.chmod(folder, 0o755)
+        solutions = make_submission(Path(root), Path(folder) / "solutions", {}, exercises)
+        result = grade_submission(solutions, "canary (reference solutions)", Path(root),
+                                  exercises, options)
     bad = [r for r in result.exercises if not r.done]
     if not bad:
         return True, f"the reference solutions scored full marks in {result.seconds:.0f} s"

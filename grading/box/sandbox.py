@@ -6,13 +6,13 @@ runs under ``bwrap``; the tests never do (they run on the trusted side):
 * the system's folders (:data:`SYSTEM_FOLDERS`: ``/usr``, ``/etc``, ``/opt`` ...) are visible
   **read-only**, with a new ``/dev`` and a ``/proc`` that shows only the sandbox's own
   processes; nothing else of the machine is there (no home folders, no ``/work`` or ``/srv``,
-  so no other copy of the kata and its ``solutions/``);
+  so no other copy of the kata and its solutions);
 * what Python and the learner's side need is bound in, read-only: the interpreter, the virtual
   environment, the converted model cache, and of the Hugging Face cache only the folders of the
   models the kata loads (never its ``token`` file);
 * **hidden** (an empty, read-only folder mounted over them) where they would otherwise show
   through one of those: the instructor's home, the instructor's kata folder (so
-  ``solutions/``), the folder the editable install points to, the batch's work folder (other
+  solutions), the folder the editable install points to, the batch's work folder (other
   submissions' copies), every submission given to the batch and the folders holding them;
 * the **only writable places** are a private ``/tmp`` (a tmpfs capped at :data:`TMP_MB` MiB) and
   a private ``/dev/shm`` (a tmpfs capped at :data:`SHM_MB` MiB), both gone with the sandbox; the
@@ -353,7 +353,7 @@ def _model_folders() -> list[str]:
 
 
 def editable_sources() -> list[str]:
-    """Folders an editable install of the kata points to (where ``solutions/`` also lives)."""
+    """Folders an editable install of the kata points to (where the solutions also live)."""
     found = []
     from importlib import metadata
 

@@ -14,7 +14,7 @@ Each submission is graded across a trust boundary:
   (:mod:`grading.box.worker`) runs every test, its reference values and the recorder, and
   calls the learner's functions over the channels (:mod:`grading.box.remote`).
 
-Nothing a submission ships (its own conftest.py, tests/, solutions/) can change which tests run,
+Nothing a submission ships (its own conftest.py, tests, solutions) can change which tests run,
 how they are scored or what they expect; nothing on the learner's side knows an answer.
 """
 
@@ -89,7 +89,7 @@ def prepare_shared_model_cache() -> None:
 
 def grade_in_place(root: Path, exercises: list[Exercise], impl: str,
                    options: GradingOptions) -> SubmissionResult:
-    """Grade ``root/impl`` (the learner's ``exercises/`` or the ``solutions/``) where it is."""
+    """Grade the learner's ``exercises/`` (or the solutions: ``impl``) of ``root`` where they are."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kata-grade-") as work:
         run = run_tests(root, exercises, impl, Path(work), options.timeout,
@@ -131,7 +131,7 @@ def _zip_listing(archive: zipfile.ZipFile) -> dict[str, tuple[int, Callable[[], 
 
 def _choose(listing: dict, module: str) -> str | None:
     """The learner's ``<module>.py``: in a folder named exercises/ if there is one, else the
-    shallowest; never one under solutions/ or tests/."""
+    shallowest; never one under solutions/, tests/ or course/."""
     candidates = [p for p in listing if PurePosixPath(p).name == f"{module}.py"
                   and not _NEVER_FROM & set(PurePosixPath(p).parts[:-1])]
     candidates.sort(key=lambda p: (PurePosixPath(p).parent.name != "exercises",

@@ -76,7 +76,7 @@ def _used_names(source: str) -> set[str]:
     return {n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)}
 
 
-def stub_source(source: str, solution: str = "solutions/exN.py") -> str:
+def stub_source(source: str, solution: str = "course/exN_name/solution.py") -> str:
     """The stub for a solution's ``source``; ``solution`` is the path named in the header."""
     tree = ast.parse(source)
     lines = source.splitlines(keepends=True)

@@ -8,7 +8,7 @@ instead, with :func:`grade_exercise` underneath, see :mod:`grading.views.classro
 
 It grades the learner's ``exercises/`` where they are, with the grader's runner (time limit,
 crash and memory handling), and prints the exercise's row, its first failure and a hint. It only
-needs the kata's ``kata/``, ``tests/`` and ``exercises/``: never ``solutions/``, so it runs in a
+needs the kata's ``kata/``, ``course/`` and ``exercises/``, never an exercise's solution, so it runs in a
 template repository that does not ship them. Exit status 2: the command line was wrong (it is
 :mod:`grading.views.cli`'s).
 """

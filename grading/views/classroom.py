@@ -7,9 +7,10 @@ GitHub Classroom runs on every push of a learner's repository:
   environment (``.venv``: CPU torch, the kata, SmolLM2) and of the converted model
   (``~/.cache/kata``), keyed on the Python version and ``pyproject.toml``: only the first push
   installs torch and converts SmolLM2, later pushes restore both;
-* one step per exercise of the manifest (``kata/exercises.toml``). It runs
+* one step per exercise (``course/exN_*/exercise.toml``). It runs
   ``python grader.py classroom-step N`` (:func:`grade_step`), which grades exercise N of
-  ``exercises/`` with the grader's runner (the time limit below, crash and memory handling) and
+  ``exercises/`` across the same trust boundary as the batch, without a sandbox (the time limit
+  below, a deadline per call, crash and memory handling) and
   writes the step's ``result`` output in the reporter's format (:func:`reporter_result`): one
   entry per test, the passing ones sharing the exercise's points equally (one entry per function
   where the secret checks cap the points), so Classroom's partial credit is the batch grader's
@@ -27,10 +28,11 @@ and Classroom's total is the main part's, out of the main maximum, as in the bat
 Settings (``MPLBACKEND``, ``KATA_TORCH_THREADS``, ...) are written into each step's command,
 so they hold whatever the runner passes on.
 
-``--template`` (grading-only mode) first copies into ``DIR`` what learners may see: the stubs,
-the exercise tests, the kata and the grader, and a learner-facing ``README.md``; never
-``solutions/``, ``tests/variants/`` (correct answers), ``tests/mistakes/``,
-``tests/maintainer/``, the notebooks' sources or the benchmarks.
+``--template`` (grading-only mode) first copies into ``DIR`` what learners may see
+(:func:`grading.core.declarations.handed_out_files`): the stubs, the course without any
+exercise's answers (``solution.py``, ``variants.py``, ``mistakes.py``), the learner kit and the
+grader, and a learner-facing ``README.md``; never the maintainers' ``tests/`` or the
+benchmarks.
 """
 
 from __future__ import annotations

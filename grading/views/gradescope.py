@@ -12,9 +12,10 @@ programming assignment's autograder:
   in a fresh sandbox with the batch grader's limits, and writes
   ``/autograder/results/results.json`` (a test entry per test, see
   :func:`grading.views.reports.gradescope_results`);
-* the kata itself: ``kata/``, ``tests/`` (without the maintainer tests, the correct variants
-  or the planted mistakes), the stubs in ``exercises/``, ``conftest.py``, ``pyproject.toml``
-  and ``grader.py``; never ``solutions/``.
+* the kata itself (:func:`grading.core.declarations.handed_out_files`): the learner kit, the
+  course without any exercise's answers (``solution.py``, ``variants.py``, ``mistakes.py``), the
+  grader, the stubs in ``exercises/``, ``conftest.py``, ``pyproject.toml`` and ``grader.py``;
+  never the maintainers' ``tests/``.
 
 ``/autograder`` can be moved with ``KATA_AUTOGRADER_ROOT`` (the maintainer tests run the bundle in
 a temporary folder that way), and the Python that runs the grader with ``KATA_AUTOGRADER_PYTHON``.

@@ -1,9 +1,9 @@
-"""Helpers for the kata's notebooks (``notebooks/exN_*.ipynb``), and their build.
+"""Helpers for the kata's notebooks (``notebooks/exN_*.ipynb``).
 
 The notebooks are a second front end to the same exercises: the learner still writes the
 functions in ``exercises/``, and the tests stay the judge. A notebook calls
 
-* :func:`exercise` ``(n)``: the learner's module of exercise ``n`` (``solutions/`` when
+* :func:`exercise` ``(n)``: the learner's module of exercise ``n`` (its solution when
   ``KATA_IMPL=solutions``), re-imported whenever its file changes, so an edit saved in the
   Jupyter editor is seen by the next cell that runs. Its functions are *guarded*: an untouched
   stub prints "write `tokenize` in exercises/ex1_hidden_states.py first" instead of a traceback
@@ -18,14 +18,9 @@ functions in ``exercises/``, and the tests stay the judge. A notebook calls
   kernel's warm worker, then :func:`grading.core.results.summarize`) and returns a
   :class:`CheckResult`, shown as a small HTML table in Jupyter.
 
-The notebooks' sources are ``notebooks/src/exN_*.py`` in jupytext's percent format; the
-``.ipynb`` files are generated from them, without outputs. Their common set-up cell has one
-source, ``course/shared/notebook_setup.py``: a source marks where it goes with a code cell tagged
-``setup`` holding only the marker line (:data:`SETUP_MARKER`), and the build (:func:`build`)
-puts it there. Its command line is :mod:`grading.views.cli`'s::
-
-    python grader.py generate          # write notebooks/exN_*.ipynb
-    python grader.py generate --check  # exit 1 if a notebook is stale
+The notebooks' sources are each exercise's ``notebook.py`` (jupytext's percent format); the
+``.ipynb`` files are generated from them by ``python grader.py generate``
+(:mod:`grading.views.generate`), without outputs.
 """
 
 from __future__ import annotations
@@ -76,7 +71,7 @@ def implementation() -> str:
 
 
 def manifest_entry(n: int):
-    """Exercise ``n`` of the manifest (``kata/exercises.toml``)."""
+    """Exercise ``n`` (its folder ``course/exN_*``)."""
     from grading.core.declarations import load_exercises
 
     exercises = load_exercises()
@@ -281,7 +276,7 @@ class LearnerModule:
 
 
 def exercise(n: int) -> LearnerModule:
-    """The learner's module of exercise ``n`` (``solutions/`` when ``KATA_IMPL=solutions``)."""
+    """The learner's module of exercise ``n`` (its solution when ``KATA_IMPL=solutions``)."""
     impl = implementation()
     learner = LearnerModule(manifest_entry(n), impl)
     learner.module  # import now: an import error is reported by the cell that asks for it

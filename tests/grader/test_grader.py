@@ -544,3 +544,20 @@ def test_the_warm_watcher_shows_the_graders_summary_of_the_saved_exercise(capsys
     assert code != 0
     assert f"{exercise.id} {exercise.title}: not started" in out
     assert f"start with {exercise.functions[0]}()" in out
+
+
+def test_the_canary_grades_the_reference_solutions_and_names_what_fails(toy, tmp_path):
+    """``batch --canary`` grades the solutions like a submission first: full marks go on, a
+    solution that fails stops the batch, naming its exercise."""
+    from grading.box.preflight import canary
+
+    options = GradingOptions(timeout=30)
+    ok, why = canary(toy, EXERCISES, options)
+    assert ok, why
+    broken = tmp_path / "kata"
+    shutil.copytree(toy, broken)
+    first = EXERCISES[0]
+    solution = broken / first.source("solutions")
+    solution.write_text(solution.read_text() + f"\n\ndef {first.functions[0]}(x):\n    return x + 100\n")
+    ok, why = canary(broken, EXERCISES, options)
+    assert not ok and f"{first.id} " in why, why
