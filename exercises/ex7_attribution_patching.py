@@ -123,8 +123,9 @@ def plot_estimate_against_exact(exact, estimate, tokens, k=5):
     across the points' range (where a perfect estimate would lie), and label the ``k`` worst
     cells (``compare_estimates``'s ``"worst"``) exactly ``"L{block} {token}"``, with the token's
     own leading space stripped: block 5's token ``" are"`` is labelled ``"L5 are"``, block 0's
-    ``"iffel"`` ``"L0 iffel"``. Put Pearson's r in the title, and label the axes "Exact
-    (activation patching)" and "Estimate (attribution patching)".
+    ``"iffel"`` ``"L0 iffel"``; neighbouring cells' labels must not run into each other
+    (``grader.py figures`` warns when they do). Put Pearson's r in the title, and label the axes
+    "Exact (activation patching)" and "Estimate (attribution patching)".
 
     Returns the ``matplotlib.figure.Figure``.
 

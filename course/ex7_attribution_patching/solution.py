@@ -193,8 +193,9 @@ def plot_estimate_against_exact(exact, estimate, tokens, k=5):
     across the points' range (where a perfect estimate would lie), and label the ``k`` worst
     cells (``compare_estimates``'s ``"worst"``) exactly ``"L{block} {token}"``, with the token's
     own leading space stripped: block 5's token ``" are"`` is labelled ``"L5 are"``, block 0's
-    ``"iffel"`` ``"L0 iffel"``. Put Pearson's r in the title, and label the axes "Exact
-    (activation patching)" and "Estimate (attribution patching)".
+    ``"iffel"`` ``"L0 iffel"``; neighbouring cells' labels must not run into each other
+    (``grader.py figures`` warns when they do). Put Pearson's r in the title, and label the axes
+    "Exact (activation patching)" and "Estimate (attribution patching)".
 
     Returns the ``matplotlib.figure.Figure``.
 
@@ -216,9 +217,13 @@ def plot_estimate_against_exact(exact, estimate, tokens, k=5):
     low = min(exact.min().item(), estimate.min().item())
     high = max(exact.max().item(), estimate.max().item())
     ax.plot([low, high], [low, high], "--", color="gray", label="estimate = exact")
-    for block, position, x, y in summary["worst"]:
+    # The labels from the lowest point up, each a line higher than the one before it, so that
+    # two neighbouring cells' labels never sit on top of each other.
+    worst = sorted(summary["worst"], key=lambda cell: cell[3])
+    for line, (block, position, x, y) in enumerate(worst):
         ax.annotate(f"L{block} {str(tokens[position]).strip()}", (x, y), fontsize=8,
-                    xytext=(4, 4), textcoords="offset points")
+                    xytext=(6, 12 * line - 6 * (len(worst) - 1)), textcoords="offset points",
+                    arrowprops={"arrowstyle": "-", "linewidth": 0.5, "color": "gray"})
     ax.set_xlabel("Exact (activation patching)")
     ax.set_ylabel("Estimate (attribution patching)")
     ax.set_title(f"Attribution patching against the exact map (r = {summary['correlation']:.2f})")

@@ -136,6 +136,7 @@ def legibility_problems(fig) -> list[str]:
       do not fit; the same names standing upright do);
     * texts of different panels that collide (a title over its neighbour's, tick labels
       running into the next panel);
+    * annotations of one panel that run into each other (labels of neighbouring points);
     * a text clipped by its own box (``clip_on=True``), cut where the box ends.
     """
     if not hasattr(fig.canvas, "get_renderer"):  # a bare Figure(), made without pyplot
@@ -166,6 +167,19 @@ def legibility_problems(fig) -> list[str]:
                 f"{str(other[1].get_text())[:30]!r}: call fig.tight_layout() (or make the figure "
                 "with layout='constrained') or make it larger")
             break
+    for n, ax in enumerate(fig.axes, start=1):
+        from matplotlib.text import Text
+
+        notes = [t for t in ax.texts if t.get_visible() and str(t.get_text()).strip()]
+        # the text's own box: an annotation's extent also takes in its arrow
+        boxes = [(t, Text.get_window_extent(t, renderer)) for t in notes]
+        pair = next(((a, b) for i, (a, box) in enumerate(boxes) for b, other in boxes[i + 1:]
+                     if _collide(box, other)), None)
+        if pair is not None:
+            problems.append(
+                f"panel {n}: the labels {str(pair[0].get_text())[:30]!r} and "
+                f"{str(pair[1].get_text())[:30]!r} run into each other: place them apart (an "
+                "offset that alternates between neighbours) or label fewer points")
     for text in _shown_texts(fig):
         if _clipped(text, renderer):
             problems.append(f"the text {str(text.get_text())[:30]!r} is cut off by its clip box: "

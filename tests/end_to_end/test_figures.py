@@ -89,6 +89,24 @@ def test_a_clipped_text_is_flagged():
     assert problems and "cut off by its clip box" in problems[0]
 
 
+def test_labels_of_neighbouring_points_that_run_into_each_other_are_flagged():
+    """Figure 15 labels the cells its estimate misses most; two neighbours' labels once sat on
+    top of each other ("L2" over "L4")."""
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.plot([0, 1], [0, 1], "o")
+    ax.annotate("L2 Tower", (0.5, 0.5))
+    ax.annotate("L4 Tower", (0.51, 0.51))
+    problems = figures.legibility_problems(fig)
+    plt.close(fig)
+    assert problems and "run into each other" in problems[0] and "L2 Tower" in problems[0]
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.plot([0, 1], [0, 1], "o")
+    ax.annotate("L2 Tower", (0.1, 0.1))
+    ax.annotate("L4 Tower", (0.7, 0.8))
+    assert figures.legibility_problems(fig) == []
+    plt.close(fig)
+
+
 def test_ticks_outside_the_view_are_not_counted():
     fig, ax = plt.subplots(figsize=(4, 3))
     ax.imshow([[0, 1], [1, 0]])
