@@ -43,11 +43,13 @@ import socket
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 #: the child's exit status when its pytest session returned normally: NORMAL_EXIT + pytest's code
 NORMAL_EXIT = 100
-#: fixtures of the kata's plugin that load a session model, and the model each loads
-MODEL_FIXTURES = {"tiny_gpt2": "tiny-gpt2", "smollm2": "smollm2"}
+#: fixtures of the kata's plugin that load a session model, and the model each loads (None:
+#: :data:`kata.models.SMOLLM2_FIRST_BLOCKS`, named there, whose module imports torch)
+MODEL_FIXTURES = {"tiny_gpt2": "tiny-gpt2", "smollm2": "smollm2", "smollm2_first_blocks": None}
 
 
 @dataclass
@@ -102,17 +104,30 @@ class WorkerArgs:
 
 
 def models_wanted(test_files: list[str]) -> list[str]:
-    """The session models the test files name (loading one the tests never use is wasted)."""
+    """The session models the tests name (loading one the tests never use is wasted); a path
+    is a test file or an exercise's folder, whose Python files all count (its checks hold
+    fixtures too)."""
+    from kata.models import SMOLLM2_FIRST_BLOCKS
+
     wanted = []
-    for path in test_files:
-        try:
-            with open(path, encoding="utf-8") as handle:
-                text = handle.read()
-        except OSError:
-            continue
-        wanted += [m for fixture, m in MODEL_FIXTURES.items()
-                   if fixture in text and m not in wanted]
+    for text in _python_texts(test_files):
+        wanted += [m or SMOLLM2_FIRST_BLOCKS for fixture, m in MODEL_FIXTURES.items()
+                   if fixture in text and (m or SMOLLM2_FIRST_BLOCKS) not in wanted]
     return wanted
+
+
+def _python_texts(paths: list[str]) -> list[str]:
+    """The text of each file, or of each ``*.py`` file in each folder, among ``paths``."""
+    files = []
+    for path in map(Path, paths):
+        files += sorted(path.glob("*.py")) if path.is_dir() else [path]
+    texts = []
+    for file in files:
+        try:
+            texts.append(file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            continue
+    return texts
 
 
 def warm_up(test_files: list[str]) -> None:

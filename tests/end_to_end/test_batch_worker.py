@@ -19,7 +19,7 @@ from grading.core.reference_cache import REFERENCE_CACHE_VARIABLE, load_or_compu
 from grading.box.runner import SECRET_SEED_VARIABLE, child_environment, trusted_environment
 from grading.box.sandbox import sandbox_available
 from grading.box.submissions import GradingOptions, grade_batch
-from grading.box.worker import WorkerArgs
+from grading.box.worker import MODEL_FIXTURES, WorkerArgs, models_wanted
 from grading.core.declarations import load_exercises
 
 
@@ -43,6 +43,21 @@ def test_a_workers_arguments_cross_to_the_batch_worker_with_its_channels():
     assert received.tests == args.tests and received.pytest == ["-q"]
     assert "--remote" in received.argv() and "ex1=20,21;22,23" in received.argv()
     assert "ex2=24,25" in received.argv()
+
+
+def test_the_warm_worker_loads_every_model_an_exercises_tests_use():
+    """The warm-up reads each exercise's folder for the model fixtures its tests use; reading
+    nothing (the restructure had handed it folders where it read files) left every exercise's
+    child loading the models again, twice the batch's CPU time."""
+    from kata.models import SMOLLM2_FIRST_BLOCKS
+
+    plugin = Path("course/shared/plugin.py").read_text(encoding="utf-8")
+    for fixture in MODEL_FIXTURES:
+        assert f"def {fixture}(" in plugin, f"{fixture} is no fixture of the plugin any more"
+    for exercise in EXERCISES:
+        assert models_wanted([exercise.folder]), f"{exercise.id}: no model warmed"
+    assert "tiny-gpt2" in models_wanted(["course/ex1_hidden_states"])
+    assert SMOLLM2_FIRST_BLOCKS in models_wanted(["course/ex6_activation_patching"])
 
 
 def test_reference_values_are_computed_once_per_batch(monkeypatch, tmp_path):
