@@ -42,14 +42,12 @@ from course.shared.impl import ImplementationImportError, stub_reached
 from grading.core.declarations import exercise_for_test_file
 
 from grading.core.faults import CRASHED, EXITED, OUT_OF_MEMORY, TIMED_OUT, LearnerFault, sentence
-from grading.core.records import CollectedTest, Outcome, TestRecord
+from grading.core.records import ENVIRONMENT_FAULT, CollectedTest, Outcome, TestRecord
 
 #: The outcome of a test whose call ended the learner's process, by the kind of end.
 _FAULT_OUTCOMES = {TIMED_OUT: Outcome.TIMED_OUT, CRASHED: Outcome.CRASHED,
                    EXITED: Outcome.CRASHED}
 
-#: The diagnosis id of a test that met a :class:`kata.models.EnvironmentFault`.
-ENVIRONMENT_FAULT = "environment-fault"
 MAX_MESSAGE_LINES = 12
 MAX_MESSAGE_CHARS = 1500
 
@@ -78,6 +76,20 @@ def _exception_chain(error: BaseException):
         seen.add(id(error))
         yield error
         error = error.__cause__ or error.__context__
+
+
+def _every_exception(error: BaseException):
+    """``error`` and every exception it was raised from or while handling, through both
+    ``__cause__`` and ``__context__`` of each (a ``raise ... from`` keeps the context too),
+    without looping."""
+    seen, pending = set(), [error]
+    while pending:
+        exc = pending.pop(0)
+        if exc is None or id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        yield exc
+        pending += [exc.__cause__, exc.__context__]
 
 
 def _frames(error: BaseException):
@@ -118,8 +130,18 @@ class _Describer:
         return ""
 
     def stub_function(self, error: BaseException) -> str | None:
-        """The name of the stub whose ``raise NotImplementedError`` this failure reached."""
-        return stub_reached(error, Path(self.impl_dir))
+        """The name of the stub whose ``raise NotImplementedError`` this failure reached.
+
+        Every exception the failure was raised from *or while handling* counts, both links of
+        each (:func:`_every_exception`): a test that catches ``RuntimeError`` around a call
+        (``NotImplementedError`` is one) and then fails, or names a mistake, still reached the
+        stub, and so does an exception rebuilt on the trusted side of the grader's boundary,
+        which says so itself (``kata_stub``)."""
+        for exc in _every_exception(error):
+            function = stub_reached(exc, Path(self.impl_dir))
+            if function is not None:
+                return function
+        return None
 
     def facts(self, error: BaseException) -> dict:
         """The :class:`TestRecord` fields that describe ``error``."""
@@ -155,7 +177,9 @@ class _Describer:
         if where and import_error is None and stub is None:
             message += f"\n(raised at {where})"
         diagnosis = diagnosis_of(error)
-        diagnosis_id = diagnosis.id if diagnosis is not None else None
+        # an untouched stub is "not started" for its function, never a mistake: whatever the
+        # test caught around it and named, the record carries no diagnosis
+        diagnosis_id = diagnosis.id if diagnosis is not None and stub is None else None
         from kata.models import EnvironmentFault  # here: the grader's own process needs no torch
 
         if any(isinstance(e, EnvironmentFault) for e in chain):

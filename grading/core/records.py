@@ -23,12 +23,21 @@ from grading.core.declarations import Exercise
 from grading.core import sanitize
 
 
+#: The diagnosis id of a test that met a :class:`kata.models.EnvironmentFault`: the machine's
+#: fault, never the learner's (the exercise is then an environment error).
+ENVIRONMENT_FAULT = "environment-fault"
+
+
 class Status(StrEnum):
     """How an exercise stands. :func:`grading.core.results.exercise_status` decides it."""
 
     #: The submission has no file for this exercise (instructor mode).
     MISSING = "missing"
-    #: The exercise file does not import (the message gives the line and the error).
+    #: The exercise file does not import (the message gives the line and the error): its own
+    #: status, never "not started" (the learner may well have done the work).
+    NOT_IMPORTED = "does not import"
+    #: Nothing could be graded for another reason: no test was collected or recorded, the
+    #: batch was interrupted, the grader itself failed (the message says which).
     ERROR = "error"
     #: Its tests ran longer than the time limit (an endless loop?).
     TIMED_OUT = "timed out"
@@ -38,7 +47,8 @@ class Status(StrEnum):
     OUT_OF_MEMORY = "out of memory"
     #: Every test passed.
     DONE = "done"
-    #: No test passed and every failure reached an untouched stub.
+    #: No test passed and every failure reached an untouched stub (a file that does not
+    #: import is :attr:`NOT_IMPORTED`, never this).
     NOT_STARTED = "not started"
     #: Some tests pass.
     IN_PROGRESS = "in progress"
@@ -111,6 +121,10 @@ class TestRecord:
     names that stub; ``import_error`` that the exercise file does not import; ``memory`` that
     the code ran out of memory; ``diagnosis`` is the id of the mistake the test recognised
     (:mod:`course.shared.diagnosis`), if it recognised one.
+
+    A stub is never a mistake: a record with ``stub`` set has no diagnosis, whatever the test
+    named (a test that catches ``RuntimeError`` around a call also catches the stub's
+    ``NotImplementedError``, one of its subclasses, and may name a mistake for it).
     """
 
     __test__ = False  # not a pytest test class, whatever its name
@@ -150,7 +164,8 @@ class TestRecord:
             if not isinstance(value, bool):
                 put(self, flag, isinstance(value, int) and value == 1)
         put(self, "duration", sanitize.number(self.duration))
-        put(self, "diagnosis", sanitize.diagnosis_id(self.diagnosis))
+        diagnosis = sanitize.diagnosis_id(self.diagnosis)
+        put(self, "diagnosis", None if self.stub and diagnosis != ENVIRONMENT_FAULT else diagnosis)
         put(self, "function", sanitize.optional(self.function, 100))
         put(self, "checks", _names(self.checks))
 

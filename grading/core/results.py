@@ -2,17 +2,20 @@
 
 Statuses (:class:`~grading.core.records.Status`), in the order they take precedence:
 
-=============  ==============================================================================
-missing        the submission has no file for this exercise (instructor mode)
-error          the exercise file does not import (the message gives the line and the error)
-timed out      a call ran past its deadline, or the tests past the exercise's time limit
-crashed        a call ended the process running it (segfault, os._exit, killed)
-out of memory  a call ran out of the memory allowed
-done           every test passed
-not started    no test passed and every failure reached an untouched stub
-in progress    some tests pass
-failing        no test passes, and not only because of stubs
-=============  ==============================================================================
+===============  ============================================================================
+missing          the submission has no file for this exercise (instructor mode)
+error            nothing could be graded: no test was collected or recorded (the message says
+                 why), the batch was interrupted, or the grader itself failed
+does not import  the exercise file does not import (the message gives the line and the error);
+                 never "not started": the learner may have done the work
+timed out        a call ran past its deadline, or the tests past the exercise's time limit
+crashed          a call ended the process running it (segfault, os._exit, killed)
+out of memory    a call ran out of the memory allowed
+done             every test passed
+not started      no test passed and every failure reached an untouched stub
+in progress      some tests pass
+failing          no test passes, and not only because of stubs
+===============  ============================================================================
 
 Across the trust boundary a call that times out, crashes or runs out of memory costs only its
 own function's tests (:mod:`grading.core.faults`): the status names the fault and the function,
@@ -33,7 +36,8 @@ from grading.core.declarations import Exercise
 
 from grading.core.sanitize import diagnosis_id
 
-from grading.core.records import ExerciseResult, Outcome, Status, SubmissionResult, TestRecord
+from grading.core.records import (ENVIRONMENT_FAULT, ExerciseResult, Outcome, Status,
+                                  SubmissionResult, TestRecord)
 
 __all__ = ["ExerciseResult", "SubmissionResult", "exercise_status", "root_failure", "summarize",
            "untouched_result"]
@@ -61,12 +65,12 @@ def exercise_status(tests: Sequence[TestRecord]) -> tuple[Status, str]:
     counted = [t for t in tests if t.counted]
     if not tests:
         return Status.ERROR, "no tests were recorded"
-    hit = next((t for t in counted if t.diagnosis == "environment-fault"), None)
+    hit = next((t for t in counted if t.diagnosis == ENVIRONMENT_FAULT), None)
     if hit:
         return Status.ENVIRONMENT_ERROR, f"the machine, not the code, failed: {_why(hit)}"
     hit = next((t for t in counted if t.import_error), None)
     if hit:
-        return Status.ERROR, hit.message
+        return Status.NOT_IMPORTED, hit.message
     for outcome, status in _FATAL_OUTCOMES.items():
         hit = next((t for t in counted if t.outcome is outcome), None)
         if hit:  # a call that ended its process names its function: the sentence says it all

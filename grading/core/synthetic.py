@@ -43,8 +43,8 @@ EXPECTED_STATUS: dict[str, tuple[Status, ...]] = {
     "stub_one": (*BROKEN_ONE, Status.NOT_STARTED), "sys_exit": BROKEN_ONE,
     "loop": (Status.TIMED_OUT,), "os_exit": (Status.CRASHED,), "segfault": (Status.CRASHED,),
     "memory": (Status.OUT_OF_MEMORY,), "prints": (Status.DONE,),
-    "syntax_error": (Status.ERROR,), "import_error": (Status.ERROR,),
-    "imports_solutions": (Status.ERROR,), "missing": (Status.MISSING,),
+    "syntax_error": (Status.NOT_IMPORTED,), "import_error": (Status.NOT_IMPORTED,),
+    "imports_solutions": (Status.NOT_IMPORTED,), "missing": (Status.MISSING,),
 }
 #: Words the exercise's message must contain, so the learner knows what happened.
 EXPECTED_WORDS = {

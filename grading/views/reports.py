@@ -79,12 +79,14 @@ def exercise_table(result: SubmissionResult) -> str:
     titles = [r.exercise.title + (" (bonus)" if r.exercise.bonus and "bonus" not in
                                   r.exercise.title.lower() else "") for r in result.exercises]
     width = max(len(t) for t in titles)
-    lines = [f"      {'exercise':<{width}}  {'status':<13}  {'tests':>7}  {'points':>9}"]
+    status_width = max(13, *(len(r.status.value) for r in result.exercises))
+    lines = [f"      {'exercise':<{width}}  {'status':<{status_width}}  {'tests':>7}  "
+             f"{'points':>9}"]
     for row, title in zip(result.exercises, titles):
         tests = f"{row.passed}/{row.total}" if row.tests else "-"
         points = f"{_points(row.points)}/{_points(row.max_points)}"
-        lines.append(f"  {row.exercise.id:<4}{title:<{width}}  {row.status:<13}  {tests:>7}  "
-                     f"{points:>9}")
+        lines.append(f"  {row.exercise.id:<4}{title:<{width}}  {row.status:<{status_width}}  "
+                     f"{tests:>7}  {points:>9}")
     core = result.core
     done = sum(r.done for r in core)
     fraction = result.main_points / result.max_points if result.max_points else 0.0
@@ -122,7 +124,7 @@ def next_step(result: SubmissionResult, hint_levels: dict[str, dict[str, int]],
         function = exercise.functions[0]
         lines.append(f"  start with {function}(): every function still raises "
                      "NotImplementedError.")
-    elif row.status in (Status.ERROR, Status.MISSING) or failure is None:
+    elif row.status in (Status.NOT_IMPORTED, Status.ERROR, Status.MISSING) or failure is None:
         lines.append(f"  {row.status}:")
         lines.append(_indent(row.message))
     elif failure is not first:  # the root mistake is not what the first failing test shows

@@ -330,7 +330,7 @@ def test_learner_sees_the_first_failure_or_the_import_error(learner_results):
     result = learner_results["mixed"]
     first, last = EXERCISES[0], EXERCISES[-1]
     statuses = {r.exercise.id: r.status for r in result.exercises}
-    assert statuses[first.id] is Status.ERROR
+    assert statuses[first.id] is Status.NOT_IMPORTED
     assert (f"{first.source('exercises')} does not import (line {learner_results['broken line']})"
             in result.exercises[0].message)
     assert statuses[last.id] is (Status.IN_PROGRESS if len(last.functions) > 1
@@ -401,13 +401,82 @@ P, F, S = Outcome.PASSED, Outcome.FAILED, Outcome.SKIPPED
     ([_record(stub=True), _record()], Status.FAILING),
     ([_record(P), _record(stub=True)], Status.IN_PROGRESS),
     ([_record(P), _record(S)], Status.DONE),
-    ([_record(Outcome.ERROR, import_error=True)], Status.ERROR),
+    ([_record(Outcome.ERROR, import_error=True)], Status.NOT_IMPORTED),
+    ([_record(stub=True), _record(Outcome.ERROR, import_error=True)], Status.NOT_IMPORTED),
+    ([], Status.ERROR),
     ([_record(P), _record(Outcome.TIMED_OUT), _record(Outcome.NOT_RUN)], Status.TIMED_OUT),
     ([_record(P), _record(Outcome.CRASHED)], Status.CRASHED),
     ([_record(P), _record(memory=True)], Status.OUT_OF_MEMORY),
 ])
 def test_statuses_from_outcomes(records, status):
     assert exercise_status(records)[0] is status
+
+
+def test_a_stub_is_never_a_mistake_whatever_its_record_says():
+    """A record that reached an untouched stub carries no diagnosis, even read from a JSON line
+    that names one (the environment's fault excepted: it is the machine's, never a mistake)."""
+    record = _record(stub=True, function="f", diagnosis="log-probs-wrong")
+    assert record.diagnosis is None
+    assert TestRecord.validated({**record.to_json(), "diagnosis": "log-probs-wrong"}).diagnosis is None
+    assert _record(diagnosis="log-probs-wrong").diagnosis == "log-probs-wrong"
+    assert _record(stub=True, diagnosis="environment-fault").diagnosis == "environment-fault"
+
+
+CAUGHT = "toy-caught-runtime-error"
+
+
+def _catching_tests(exercise) -> str:
+    """A test that catches ``RuntimeError`` around a call (``NotImplementedError`` is one) and
+    names a mistake for it, as ``test_secret_next_token_log_probs_of_a_secret_text`` of
+    exercise 3 does; and the exercise's secret checks."""
+    first = exercise.functions[0]
+    lines = ["import pytest\n\nfrom course.shared.diagnosis import diagnose\n"
+             "from course.shared.secret import secret, secret_check  # noqa: F401\n",
+             f"\n\ndef test_{first}_catches_runtime_errors(ex):\n"
+             f"    try:\n        value = ex.{first}(1)\n"
+             f"    except (IndexError, RuntimeError, ValueError) as error:\n"
+             f"        diagnose('{CAUGHT}', f'{first} failed: {{error!r}}')\n"
+             f"    assert value == 1\n"]
+    for k, name in enumerate(exercise.functions):
+        lines.append(f"\n\n@secret_check('{name}')\ndef test_secret_{name}(ex, secret):\n"
+                     f"    x = secret.number(2, 1000)\n"
+                     f"    try:\n        value = ex.{name}(x)\n"
+                     f"    except RuntimeError as error:\n"
+                     f"        diagnose('{CAUGHT}', f'{name} failed: {{error!r}}')\n"
+                     f"    assert value == x + {k}\n")
+    return "".join(lines)
+
+
+def test_a_stub_caught_as_a_runtime_error_is_not_started_never_a_mistake(tmp_path):
+    """Issue 49: a test that catches ``RuntimeError`` around a call also catches an untouched
+    stub's ``NotImplementedError``, and named a mistake for it (6 learners in a class of 30
+    were "diagnosed" so). Graded in place and across the grader's boundary (where the stub's
+    exception is rebuilt, ``kata_stub``): the exercise is "not started", no record names a
+    diagnosis. A real RuntimeError of the learner's is still diagnosed, in both."""
+    from grading.views.check import grade_exercise
+
+    exercise = EXERCISES[0]
+    first = exercise.functions[0]
+    graded = {}
+    for name, body in (("stub", None), ("raises", "raise RuntimeError('shape mismatch')")):
+        kata = build_toy_kata(tmp_path / name)
+        (kata / exercise.folder / "test_public.py").write_text(_catching_tests(exercise))
+        if body:
+            source = kata / exercise.source("exercises")
+            source.write_text(source.read_text().replace("raise NotImplementedError", body, 1))
+        graded[name, "in place"] = grade_in_place(kata, [exercise], "exercises",
+                                                  GradingOptions(timeout=60)).exercises[0]
+        graded[name, "across"] = grade_exercise(exercise.number, kata, timeout=60,
+                                                across_the_boundary=True).exercises[0]
+    for way in ("in place", "across"):
+        row = graded["stub", way]
+        assert row.status is Status.NOT_STARTED, (way, row.status, row.message)
+        assert row.tests and all(t.stub and t.diagnosis is None for t in row.tests), row.tests
+        caught = next(t for t in row.tests if t.name == f"test_{first}_catches_runtime_errors")
+        assert caught.function == first and "not written yet" in caught.message, caught
+        raises = graded["raises", way]
+        test = next(t for t in raises.tests if t.name == f"test_{first}_catches_runtime_errors")
+        assert (test.stub, test.diagnosis) == (False, CAUGHT), (way, test)
 
 
 def test_points_are_proportional_and_skips_count_for_nothing(toy):
