@@ -3,6 +3,10 @@
     python benchmarks/make_submissions.py /tmp/submissions [--count 20]
     python grader.py batch /tmp/submissions/* -j 2 --csv grades.csv --json grades.json
 
+    # a class part-way through the course: only exercises 1 to 3 worked on, a few submissions
+    python benchmarks/make_submissions.py /tmp/class --started ex1,ex2,ex3 \
+        --only correct-repo,untouched-stubs,syntax-error
+
 They are the reference solutions with one thing changed (see grading/core/synthetic.py): some
 correct in each layout the grader accepts (a copy of the repo, a folder holding exercises/, the
 bare files, a zip), some partly done, and one of every fault the grader must survive: an endless
@@ -10,7 +14,9 @@ loop, sys.exit(), os._exit(), a segfault, a syntax error, an import error, a 6 G
 megabytes of prints, a hostile conftest.py / pytest.ini / course/ (its own tests, solutions and
 declarations), an import of the solutions, a missing file. Faults go to different exercises in
 turn, whatever their number. With --count other than 20, the list is cut short or repeated
-(copies get a number).
+(copies get a number). ``--only`` keeps the named submissions of the 20, and ``--started`` the
+exercises worked on: every other exercise is handed in as the untouched stub (a class part-way
+through the course, whose untouched stubs a batch grades once for all).
 What each exercise file is (its kind) goes to <folder>-EXPECTED.json beside the folder.
 """
 
@@ -60,19 +66,46 @@ def plan(exercises):
     ]
 
 
+def started_only(kinds: dict[str, str], started: set[str], exercises) -> dict[str, str]:
+    """``kinds`` for a class that worked on the ``started`` exercises only: every other one is
+    the untouched stub (a missing file stays missing)."""
+    return {e.id: (kinds.get(e.id, "correct") if e.id in started
+                   or kinds.get(e.id) == "missing" else "stub") for e in exercises}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path)
-    parser.add_argument("--count", type=int, default=20)
+    parser.add_argument("--count", type=int, default=None,
+                        help="how many submissions (default: 20, or those --only names)")
+    parser.add_argument("--only", default=None, metavar="NAMES",
+                        help="only these of the 20 submissions, comma-separated")
+    parser.add_argument("--started", default=None, metavar="IDS",
+                        help="the exercises worked on, comma-separated; the others are handed "
+                             "in as the untouched stubs")
     args = parser.parse_args(argv)
     out = args.folder
+    exercises = load_exercises()
+    submissions = plan(exercises)
+    if args.only:
+        wanted = args.only.split(",")
+        unknown = sorted(set(wanted) - {name for name, *_ in submissions})
+        if unknown:
+            parser.error(f"no submission named {', '.join(unknown)}")
+        submissions = [s for s in submissions if s[0] in wanted]
+    if args.started:
+        started = set(args.started.split(","))
+        unknown = sorted(started - {e.id for e in exercises})
+        if unknown:
+            parser.error(f"no exercise {', '.join(unknown)}")
+        submissions = [(name, started_only(kinds, started, exercises), layout, extras)
+                       for name, kinds, layout, extras in submissions]
+    count = len(submissions) if args.count is None else args.count
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    exercises = load_exercises()
-    submissions = plan(exercises)
     expected = {}
-    for number in range(args.count):
+    for number in range(count):
         name, kinds, layout, extras = submissions[number % len(submissions)]
         if number >= len(submissions):
             name = f"{name}-{number // len(submissions) + 1}"

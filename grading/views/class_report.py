@@ -4,18 +4,24 @@
 the network and runs no script: styles are inline and every plot is an SVG drawn here. It reads
 top-down, the first screen first:
 
-* the summary numbers, then "teach next": the three most frequent *root* mistakes (per learner
-  and exercise, the diagnosis that explains the most failing tests, see
-  :func:`grading.core.results.root_failure`), each with how many learners made it and one
-  anonymised example message;
+* the summary numbers, then "teach next": the *root* mistakes (per learner and exercise, the
+  diagnosis that explains the most failing tests, see :func:`grading.core.results.root_failure`)
+  that several learners share (:func:`shared_threshold`: at least two, and at least a tenth of
+  the class), the most learners first, each with one anonymised example message; or, when no
+  mistake is shared, a sentence that says so. Then the class's most common problems, each with
+  the learners' names: exercises not started, files that do not import, time-outs, crashes,
+  out of memory, missing files, the machine's faults. An untouched stub is never a mistake: a
+  test that reached one names no diagnosis (:class:`~grading.core.records.TestRecord`);
 * the learners, sorted by score (and, folded, by status and by name: no script needed), each
-  linking to the list of that learner's failures further down;
+  linking to the list of that learner's failures further down; a cell per exercise with a
+  short status word and the points, so the table fits a 1,400-pixel window;
 * the score distribution (tenths of the main part's maximum, and a bin of its own for 100 %)
   and the status counts of every exercise (stacked bars with their numbers, and the table);
 * every diagnosed mistake across the class (:mod:`course.shared.diagnosis` ids), roots and symptoms;
-* the pass rate of every test over the learners who reached it: tests that were skipped, never
-  ran (after a crash or a time-out), or met an untouched stub or a file that does not import
-  are counted apart, not as failures;
+* the pass rate of every test over the learners who reached it, the tests below 100 % first
+  and the others folded: tests that were skipped, never ran (after a crash or a time-out), met
+  an untouched stub ("not started") or a file that does not import are counted apart, each
+  kind on its own, not as failures;
 * each learner's failures; a crash or an import error is one row, not one row per test.
 
 Like the JSON, it is rewritten (atomically, readable by the group) after every submission, so an
@@ -31,6 +37,7 @@ Everything a submission controls (its name, the messages its code raised) is esc
 from __future__ import annotations
 
 import html
+import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -45,28 +52,47 @@ from grading.core.records import ExerciseResult, Outcome, Status, SubmissionResu
 from grading.views.reports import write_text_atomically
 from grading.core.results import root_failure
 
-__all__ = ["ClassReport", "ClassSummary", "DiagnosisCount", "TestPassRate", "render_class_report",
-           "summarize_class", "write_class_report"]
+__all__ = ["ClassProblem", "ClassReport", "ClassSummary", "DiagnosisCount", "RootMistake",
+           "TestPassRate", "render_class_report", "shared_threshold", "summarize_class",
+           "write_class_report"]
 
 #: Score histogram: this many bins over [0, 100) % of the main part's maximum, then one more
 #: bin for exactly 100 %.
 SCORE_BINS = 10
 #: Longest message shown in full (learners' code can raise anything, of any length).
 MESSAGE_CHARS = 600
-#: How many root mistakes "teach next" lists.
-TEACH_NEXT = 3
+#: "Teach next" lists the root mistakes shared by at least this many learners, and by at least
+#: this share of the class (:func:`shared_threshold`), at most :data:`TEACH_NEXT` of them.
+SHARED_LEARNERS = 2
+SHARED_SHARE = 0.10
+TEACH_NEXT = 5
+#: The statuses that make the class's common problems, in the order they are listed on a tie;
+#: "not started" counts the main exercises only (a bonus nobody began is no problem).
+PROBLEMS = (Status.NOT_IMPORTED, Status.TIMED_OUT, Status.CRASHED, Status.OUT_OF_MEMORY,
+            Status.NOT_STARTED, Status.MISSING, Status.ERROR, Status.ENVIRONMENT_ERROR)
+#: Most learners' names a problem lists per exercise before "and N more".
+NAMES_SHOWN = 12
 #: Colours of the statuses, in the order the stacked bars and tables list them.
 STATUS_COLOURS = {
     Status.DONE: "#2e7d32", Status.IN_PROGRESS: "#9ccc65", Status.FAILING: "#ef6c00",
-    Status.NOT_STARTED: "#bdbdbd", Status.ERROR: "#c62828", Status.TIMED_OUT: "#6a1b9a",
+    Status.NOT_STARTED: "#bdbdbd", Status.NOT_IMPORTED: "#c62828", Status.TIMED_OUT: "#6a1b9a",
     Status.CRASHED: "#4e342e", Status.OUT_OF_MEMORY: "#ad1457", Status.MISSING: "#eeeeee",
-    Status.ENVIRONMENT_ERROR: "#1565c0",
+    Status.ERROR: "#e53935", Status.ENVIRONMENT_ERROR: "#1565c0",
+}
+#: The word a learner's cell shows for each status (the full status is its tooltip and is
+#: spelled out in the legend above the table): short, so seven exercises fit a 1,400-pixel
+#: window.
+STATUS_WORDS = {
+    Status.DONE: "done", Status.IN_PROGRESS: "partial", Status.FAILING: "failing",
+    Status.NOT_STARTED: "unstarted", Status.NOT_IMPORTED: "no import", Status.TIMED_OUT: "timeout",
+    Status.CRASHED: "crash", Status.OUT_OF_MEMORY: "memory", Status.MISSING: "missing",
+    Status.ERROR: "error", Status.ENVIRONMENT_ERROR: "machine",
 }
 #: The order of the learners table sorted by status: the most worrying first.
 STATUS_RANK = {status: rank for rank, status in enumerate((
     Status.ENVIRONMENT_ERROR, Status.CRASHED, Status.TIMED_OUT,
-    Status.OUT_OF_MEMORY, Status.ERROR, Status.MISSING, Status.NOT_STARTED, Status.FAILING,
-    Status.IN_PROGRESS, Status.DONE))}
+    Status.OUT_OF_MEMORY, Status.NOT_IMPORTED, Status.ERROR, Status.MISSING, Status.NOT_STARTED,
+    Status.FAILING, Status.IN_PROGRESS, Status.DONE))}
 
 
 # --------------------------------------------------------------------------- the numbers
@@ -92,11 +118,17 @@ class TestPassRate:
     ran: int  # learners who reached the test (see :func:`reached`)
     skipped: int = 0
     not_run: int = 0  # never ran: the test process crashed or timed out before it
-    not_started: int = 0  # stopped at an untouched stub, or the file does not import
+    not_started: int = 0  # stopped at an untouched stub
+    not_imported: int = 0  # the exercise file does not import
 
     @property
     def rate(self) -> float:
         return self.passed / self.ran if self.ran else 0.0
+
+    @property
+    def all_passed(self) -> bool:
+        """Every learner who reached it passed it (or nobody reached it): folded on the page."""
+        return self.passed == self.ran
 
 
 @dataclass(frozen=True)
@@ -122,6 +154,23 @@ class RootMistake:
     exercises: tuple[str, ...]
     explained: int  # failing tests it explains, over those learners
     example: str  # one message, anonymised
+    names: tuple[str, ...] = ()  # the learners who made it, in the batch's order
+
+
+@dataclass(frozen=True)
+class ClassProblem:
+    """One of the class's common problems: the learners whose exercises stand at ``status``
+    (not started, does not import, timed out, crashed, ...), exercise by exercise."""
+
+    status: Status
+    learners: int  # learners with at least one exercise at this status
+    share: float
+    exercises: tuple[tuple[str, tuple[str, ...]], ...]  # (exercise id, the learners' names)
+
+    @property
+    def cases(self) -> int:
+        """Exercises at this status, over every learner."""
+        return sum(len(names) for _, names in self.exercises)
 
 
 @dataclass
@@ -139,7 +188,10 @@ class ClassSummary:
     diagnoses: list[DiagnosisCount]  # most frequent first
     undiagnosed_failures: int  # failing tests that named no diagnosis (stubs not counted)
     exercises: list[Exercise] = field(default_factory=list)
-    teach_next: list[RootMistake] = field(default_factory=list)
+    teach_next: list[RootMistake] = field(default_factory=list)  # shared by several learners
+    roots: list[RootMistake] = field(default_factory=list)  # every root mistake, most learners first
+    problems: list[ClassProblem] = field(default_factory=list)  # most learners first
+    shared: int = SHARED_LEARNERS  # how many learners make a mistake "shared" (shared_threshold)
 
     def to_json(self) -> dict:
         return {
@@ -147,19 +199,36 @@ class ClassSummary:
             "mean_points": self.mean_points, "median_points": self.median_points,
             "all_done": self.all_done, "histogram": self.histogram,
             "status_counts": self.status_counts,
-            "teach_next": [{"id": r.id, "learners": r.learners, "share": round(r.share, 4),
-                            "exercises": list(r.exercises), "explained": r.explained,
-                            "example": r.example} for r in self.teach_next],
+            "shared": self.shared,
+            "teach_next": [_root_json(r) for r in self.teach_next],
+            "roots": [_root_json(r) for r in self.roots],
+            "problems": [{"status": p.status.value, "learners": p.learners,
+                          "share": round(p.share, 4),
+                          "exercises": {e: list(names) for e, names in p.exercises}}
+                         for p in self.problems],
             "tests": [{"nodeid": t.nodeid, "exercise": t.exercise, "name": t.name,
                        "passed": t.passed, "ran": t.ran, "rate": round(t.rate, 4),
                        "skipped": t.skipped, "not_run": t.not_run,
-                       "not_started": t.not_started} for t in self.tests],
+                       "not_started": t.not_started, "not_imported": t.not_imported}
+                      for t in self.tests],
             "diagnoses": [{"id": d.id, "count": d.count, "learners": d.learners,
                            "share": round(d.share, 4), "example": d.example,
                            "exercises": list(d.exercises), "roots": d.roots}
                           for d in self.diagnoses],
             "undiagnosed_failures": self.undiagnosed_failures,
         }
+
+
+def _root_json(root: RootMistake) -> dict:
+    return {"id": root.id, "learners": root.learners, "share": round(root.share, 4),
+            "exercises": list(root.exercises), "explained": root.explained,
+            "example": root.example, "names": list(root.names)}
+
+
+def shared_threshold(learners: int) -> int:
+    """How many learners must make a mistake for "teach next" to list it: at least
+    :data:`SHARED_LEARNERS`, and at least :data:`SHARED_SHARE` of the class."""
+    return max(SHARED_LEARNERS, math.ceil(SHARED_SHARE * learners - 1e-9))
 
 
 def _median(values: Sequence[float]) -> float:
@@ -242,14 +311,17 @@ def summarize_class(results: Sequence[SubmissionResult],
                     counts["skipped"] += 1
                 elif test.outcome is Outcome.NOT_RUN:
                     counts["not_run"] += 1
-                elif not reached(test):
+                elif test.import_error:
+                    counts["not_imported"] += 1
+                elif test.stub:
                     counts["not_started"] += 1
                 else:
                     counts["ran"] += 1
                     counts["passed"] += test.passed
     tests = [TestPassRate(nodeid, *about[nodeid], tally[nodeid]["passed"], tally[nodeid]["ran"],
                           tally[nodeid]["skipped"], tally[nodeid]["not_run"],
-                          tally[nodeid]["not_started"]) for nodeid in order]
+                          tally[nodeid]["not_started"], tally[nodeid]["not_imported"])
+             for nodeid in order]
     tests.sort(key=lambda t: (not t.ran, t.rate, -t.ran, order[t.nodeid]))
 
     counts: Counter = Counter()
@@ -263,7 +335,7 @@ def summarize_class(results: Sequence[SubmissionResult],
     root_examples: dict[str, str] = {}
     for index, result in enumerate(results):
         for exercise_id, test in _failures(result):
-            diagnosis = _diagnosis(test)
+            diagnosis = None if test.stub else _diagnosis(test)  # a stub is never a mistake
             if not diagnosis:
                 undiagnosed += reached(test)
                 continue
@@ -291,15 +363,44 @@ def summarize_class(results: Sequence[SubmissionResult],
                                 len(root_learners.get(d, ()))) for d in counts]
     diagnoses.sort(key=lambda d: (-d.learners, -d.count, first_seen[d.id]))
     roots = [RootMistake(d, len(who), len(who) / n if n else 0.0, tuple(root_where[d]),
-                         root_explained[d], root_examples[d]) for d, who in root_learners.items()]
+                         root_explained[d], root_examples[d],
+                         tuple(results[i].name for i in sorted(who)))
+             for d, who in root_learners.items()]
     roots.sort(key=lambda r: (-r.learners, -r.explained, first_seen.get(r.id, 0)))
+    shared = shared_threshold(n)
 
     return ClassSummary(
         learners=n, max_points=maximum,
         mean_points=round(sum(main) / n, 2) if n else 0.0,
         median_points=round(_median(main), 2), all_done=sum(r.all_done for r in results),
         histogram=histogram, status_counts=status_counts, tests=tests, diagnoses=diagnoses,
-        undiagnosed_failures=undiagnosed, exercises=exercises, teach_next=roots[:TEACH_NEXT])
+        undiagnosed_failures=undiagnosed, exercises=exercises,
+        teach_next=[r for r in roots if r.learners >= shared][:TEACH_NEXT], roots=roots,
+        problems=class_problems(results, exercises), shared=shared)
+
+
+def class_problems(results: Sequence[SubmissionResult],
+                   exercises: Sequence[Exercise]) -> list[ClassProblem]:
+    """The class's common problems (:data:`PROBLEMS`), the most learners first, each with the
+    learners' names per exercise; "not started" only for the main exercises."""
+    bonus = {e.id for e in exercises if e.bonus}
+    found: dict[Status, dict[str, list[str]]] = {}
+    who: dict[Status, set[int]] = {}
+    for index, result in enumerate(results):
+        for row in result.exercises:
+            if row.status not in PROBLEMS or (row.status is Status.NOT_STARTED
+                                              and row.exercise.id in bonus):
+                continue
+            found.setdefault(row.status, {}).setdefault(row.exercise.id, []).append(result.name)
+            who.setdefault(row.status, set()).add(index)
+    order = {e.id: k for k, e in enumerate(exercises)}
+    n = len(results)
+    problems = [ClassProblem(status, len(who[status]), len(who[status]) / n if n else 0.0,
+                             tuple((e, tuple(names)) for e, names in sorted(
+                                 found[status].items(), key=lambda item: order.get(item[0], 99))))
+                for status in PROBLEMS if status in found]
+    problems.sort(key=lambda p: (-p.learners, PROBLEMS.index(p.status)))
+    return problems
 
 # --------------------------------------------------------------------------- drawing
 
@@ -429,21 +530,32 @@ th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: ta
 .summary span { display: inline-block; margin-right: 1.6em; font-size: 1.05em; }
 .summary b { font-size: 1.3em; }
 .status { padding: 0 5px; border-radius: 3px; white-space: nowrap; }
-pre { white-space: pre-wrap; margin: 0; font-size: 0.88em; max-width: 640px; }
+pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: 0; font-size: 0.88em;
+      max-width: 640px; }
 .muted { color: #777; } .plots { display: flex; flex-wrap: wrap; gap: 24px; }
 td[data-exercise] { white-space: nowrap; }
-ol.teach { margin: 0.3em 0; padding-left: 1.6em; border-left: 6px solid #00838f; }
-ol.teach li { margin: 0.25em 0; }
+td.name { max-width: 16em; overflow-wrap: anywhere; }
+#teach-next { border-left: 6px solid #00838f; padding-left: 0.6em; margin: 0.3em 0; }
+ol.teach { margin: 0.3em 0; padding-left: 1.6em; }
+ol.teach li, ul.problems li { margin: 0.25em 0; }
 ol.teach pre { color: #444; max-width: 1000px; max-height: 2.6em; overflow: hidden; }
+p.teach { font-weight: bold; margin: 0.3em 0; }
+h3 { font-size: 1em; margin: 0.6em 0 0.2em; }
+ul.problems { margin: 0.2em 0; padding-left: 1.2em; }
+.legend .status { margin-left: 0.6em; }
 details { margin: 0.3em 0; } summary { cursor: pointer; color: #1565c0; }
 """
 
 
-def _status_cell(status: Status) -> str:
+def _status_cell(status: Status, short: bool = False) -> str:
+    """A status chip: the status in full, or (``short``) its short word with the status in
+    full as its tooltip."""
     colour = STATUS_COLOURS.get(status, "#fff")
     light = status in (Status.NOT_STARTED, Status.MISSING, Status.IN_PROGRESS)
+    word = STATUS_WORDS.get(status, status.value) if short else status.value
+    title = f' title="{_e(status.value)}"' if short else ""
     return (f'<span class="status" style="background:{colour};color:'
-            f'{"#000" if light else "#fff"}">{_e(status.value)}</span>')
+            f'{"#000" if light else "#fff"}"{title}>{_e(word)}</span>')
 
 
 def _overview(summary: ClassSummary) -> str:
@@ -458,27 +570,77 @@ def _overview(summary: ClassSummary) -> str:
             "</p>")
 
 
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def _names(names: Sequence[str], learners: int) -> str:
+    """The learners' names (escaped), at most :data:`NAMES_SHOWN`; "all N learners" when it
+    is every learner of the class."""
+    if learners > 1 and len(names) == learners:
+        return f'<span class="everyone">all {learners} learners</span>'
+    shown = ", ".join(f'<span class="name">{_e(name)}</span>' for name in names[:NAMES_SHOWN])
+    more = len(names) - NAMES_SHOWN
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def _mistake_item(root: RootMistake, learners: int) -> str:
+    return (f'<li data-diagnosis="{_e(root.id)}" data-learners="{root.learners}" '
+            f'data-share="{root.share:.4f}" data-explained="{root.explained}"><b><code>'
+            f'{_e(root.id)}</code></b> ({_e(", ".join(root.exercises))}): <b>{root.learners}</b> '
+            f"learner{'s' if root.learners != 1 else ''} ({root.share:.0%}: "
+            f"{_names(root.names, learners)}), explaining "
+            f"{_plural(root.explained, 'failing test')}. For example:"
+            f"<pre>{_e(_short(root.example, 240))}</pre></li>")
+
+
+def _problem_item(problem: ClassProblem, learners: int) -> str:
+    places = "; ".join(f'<span class="place" data-exercise="{_e(exercise)}" '
+                       f'data-count="{len(names)}">{_e(exercise)}: {_names(names, learners)}</span>'
+                       for exercise, names in problem.exercises)
+    return (f'<li data-status="{_e(problem.status.value)}" data-learners="{problem.learners}" '
+            f'data-cases="{problem.cases}">{_status_cell(problem.status)} '
+            f"<b>{problem.learners}</b> learner{'s' if problem.learners != 1 else ''} "
+            f"({problem.share:.0%}): {places}</li>")
+
+
 def _teach_next(summary: ClassSummary) -> str:
-    if not summary.teach_next:
-        return ('<p class="muted" id="teach-next">No diagnosed mistake yet: nothing to teach '
-                "again from the tests' diagnoses.</p>")
-    items = [f'<li data-diagnosis="{_e(r.id)}" data-learners="{r.learners}" '
-             f'data-share="{r.share:.4f}" data-explained="{r.explained}"><b><code>{_e(r.id)}'
-             f'</code></b> ({_e(", ".join(r.exercises))}): <b>{r.learners}</b> learner'
-             f'{"s" if r.learners != 1 else ""} ({r.share:.0%}), explaining {r.explained} '
-             f"failing test{'s' if r.explained != 1 else ''}. For example:"
-             f"<pre>{_e(_short(r.example, 240))}</pre></li>" for r in summary.teach_next]
-    return (f'<ol class="teach" id="teach-next">{"".join(items)}</ol>'
-            '<p class="muted">Root mistakes: per learner and exercise, the diagnosis that '
-            'explains the most failing tests (a symptom such as a wrong value further on is '
-            'not counted again). Every diagnosis is listed <a href="#diagnoses">below</a>.</p>')
+    """What to teach: the mistakes several learners share, else a sentence that says none is;
+    then the class's common problems, with the learners' names."""
+    if not summary.learners:
+        return '<div id="teach-next"><p class="muted">No submission graded yet.</p></div>'
+    alone = [r for r in summary.roots if r.learners < summary.shared]
+    alone_note = (f" {_plural(len(alone), 'other root mistake')}, made by fewer learners, "
+                  'are listed <a href="#diagnoses">below</a>.' if alone else "")
+    if summary.teach_next:
+        mistakes = (f'<ol class="teach" id="teach-mistakes">'
+                    f'{"".join(_mistake_item(r, summary.learners) for r in summary.teach_next)}'
+                    "</ol>"
+                    f'<p class="muted">Root mistakes (per learner and exercise, the diagnosis '
+                    f"that explains the most failing tests) made by at least {summary.shared} "
+                    f"learners, the most learners first.{alone_note}</p>")
+    else:
+        mistakes = (f'<p class="teach" id="no-shared-mistake" data-shared="{summary.shared}">'
+                    f"No mistake is shared: none was made by {summary.shared} learners or more."
+                    f"{alone_note} The class's most common problems come first instead.</p>")
+    if summary.problems:
+        problems = ('<h3 id="problems-title">The class\'s most common problems</h3>'
+                    '<ul class="problems" id="class-problems">'
+                    + "".join(_problem_item(p, summary.learners) for p in summary.problems)
+                    + "</ul>")
+    else:
+        problems = ('<p class="muted" id="class-problems">No exercise is unstarted, broken, '
+                    "timed out or crashed.</p>")
+    # the shared mistakes first; when none is shared, the sentence that says so, then the
+    # problems lead
+    return f'<div id="teach-next">{mistakes}{problems}</div>'
 
 
 def _status_table(summary: ClassSummary) -> str:
     statuses = [s for s in STATUS_COLOURS
                 if any(s.value in c for c in summary.status_counts.values())]
     titles = {e.id: e.title for e in summary.exercises}
-    head = "".join(f"<th>{_status_cell(s)}</th>" for s in statuses)
+    head = "".join(f"<th>{_status_cell(s, short=True)}</th>" for s in statuses)
     rows = []
     for exercise_id, counts in summary.status_counts.items():
         cells = "".join(f'<td class="num" data-status="{_e(s.value)}">{counts.get(s.value, 0)}</td>'
@@ -488,28 +650,40 @@ def _status_table(summary: ClassSummary) -> str:
     return (f'<table id="status-table"><tr><th>exercise</th>{head}</tr>{"".join(rows)}</table>')
 
 
+def _test_row(t: TestPassRate) -> str:
+    apart = ", ".join(f"{count} {label}" for count, label in (
+        (t.not_started, "not started"), (t.not_imported, "do not import"),
+        (t.not_run, "not run"), (t.skipped, "skipped")) if count)
+    rate = f"{t.rate:.0%}" if t.ran else "-"
+    return (f'<tr data-nodeid="{_e(t.nodeid)}" data-passed="{t.passed}" '
+            f'data-ran="{t.ran}" data-skipped="{t.skipped}" data-not-run="{t.not_run}" '
+            f'data-not-started="{t.not_started}" data-not-imported="{t.not_imported}">'
+            f"<td>{_e(t.exercise or '')}</td><td>{_e(t.name)}</td>"
+            f'<td class="num">{t.passed}/{t.ran}</td><td class="num">{rate}</td>'
+            f"<td>{_rate_bar(t.rate) if t.ran else ''}</td>"
+            f'<td class="muted">{_e(apart)}</td></tr>')
+
+
 def _tests_table(summary: ClassSummary) -> str:
-    rows = []
-    for t in summary.tests:
-        apart = ", ".join(f"{count} {label}" for count, label in (
-            (t.not_started, "not started"), (t.not_run, "not run"), (t.skipped, "skipped"))
-            if count)
-        rate = f"{t.rate:.0%}" if t.ran else "-"
-        rows.append(f'<tr data-nodeid="{_e(t.nodeid)}" data-passed="{t.passed}" '
-                    f'data-ran="{t.ran}" data-skipped="{t.skipped}" data-not-run="{t.not_run}" '
-                    f'data-not-started="{t.not_started}">'
-                    f"<td>{_e(t.exercise or '')}</td><td>{_e(t.name)}</td>"
-                    f'<td class="num">{t.passed}/{t.ran}</td><td class="num">{rate}</td>'
-                    f"<td>{_rate_bar(t.rate) if t.ran else ''}</td>"
-                    f'<td class="muted">{_e(apart)}</td></tr>')
-    if not rows:
+    """The tests below 100 % (hardest first), then, folded, those every learner who reached
+    them passed and those nobody reached."""
+    if not summary.tests:
         return '<p class="muted">No test ran yet.</p>'
-    return ('<p class="muted">Over the learners whose code reached the test. Not counted, and '
-            'shown apart: untouched stubs and files that do not import ("not started"), tests '
-            'that never ran after a crash or a time-out, and skipped tests. Tests nobody reached '
-            'come last.</p>'
-            '<table id="tests-table"><tr><th>exercise</th><th>test</th><th>passed</th>'
-            f'<th>rate</th><th></th><th>not reached</th></tr>{"".join(rows)}</table>')
+    head = ('<tr><th>exercise</th><th>test</th><th>passed</th><th>rate</th><th></th>'
+            '<th>not reached</th></tr>')
+    below = [t for t in summary.tests if not t.all_passed]
+    rest = [t for t in summary.tests if t.all_passed]
+    table = (f'<table id="tests-table">{head}{"".join(_test_row(t) for t in below)}</table>'
+             if below else '<p class="muted" id="tests-table">Every test passed for every '
+                           "learner who reached it.</p>")
+    folded = (f'<details id="tests-passed"><summary>{_plural(len(rest), "more test")} that '
+              "every learner who reached it passed (or that nobody reached)</summary>"
+              f'<table id="tests-table-passed">{head}{"".join(_test_row(t) for t in rest)}'
+              "</table></details>" if rest else "")
+    return ('<p class="muted">Over the learners whose code reached the test, the tests below '
+            '100 % first. Not counted, and shown apart: untouched stubs ("not started"), files '
+            "that do not import, tests that never ran after a crash or a time-out, and skipped "
+            f"tests.</p>{table}{folded}")
 
 
 def _diagnoses_table(summary: ClassSummary) -> str:
@@ -542,8 +716,9 @@ def _learner_rows(results: Sequence[SubmissionResult], exercises: Sequence[Exerc
         anchor = learner_anchor(index, result.name)
         by_id = {r.exercise.id: r for r in result.exercises}
         cells = "".join(
-            f'<td data-exercise="{_e(e.id)}" data-status="{_e(by_id[e.id].status.value)}">'
-            f"{_status_cell(by_id[e.id].status)} {_n(by_id[e.id].points)}</td>"
+            f'<td data-exercise="{_e(e.id)}" data-status="{_e(by_id[e.id].status.value)}" '
+            f'data-points="{_n(by_id[e.id].points)}">'
+            f"{_status_cell(by_id[e.id].status, short=True)} {_n(by_id[e.id].points)}</td>"
             if e.id in by_id else "<td></td>" for e in exercises)
         failures, unfinished = _failure_text(result)
         text = (f"{failures} failing test{'s' if failures != 1 else ''}" if failures
@@ -553,10 +728,10 @@ def _learner_rows(results: Sequence[SubmissionResult], exercises: Sequence[Exerc
                 f'data-main="{_n(result.main_points)}" data-bonus="{_n(result.bonus_points)}" '
                 f'data-points="{_n(result.points)}" data-all-done="{result.all_done}"'
                 if primary else f'class="learner-alt" data-name="{_e(result.name)}"')
-        rows.append(f'<tr {data}><td>{_e(result.name)}</td><td class="num">'
+        rows.append(f'<tr {data}><td class="name">{_e(result.name)}</td><td class="num">'
                     f'{_n(result.main_points)}/{_n(result.max_points)}</td><td class="num">'
                     f'{_n(result.bonus_points)}</td>{cells}<td>{link}</td></tr>')
-    head = "".join(f"<th>{_e(e.id)}{' (bonus)' if e.bonus else ''}</th>" for e in exercises)
+    head = "".join(f"<th>{_e(e.id)}{' bonus' if e.bonus else ''}</th>" for e in exercises)
     return (f'<tr><th>learner</th><th>main</th><th>bonus</th>{head}<th>failures</th></tr>'
             + "".join(rows))
 
@@ -588,8 +763,12 @@ def _learners_table(results: Sequence[SubmissionResult], exercises: Sequence[Exe
         "</table></details>"
         for key, label in (("status", "by status, the most worrying first"),
                            ("name", "by name")))
+    legend = " ".join(f"{_status_cell(status, short=True)} {_e(status.value)}"
+                      for status in STATUS_COLOURS
+                      if any(r.status is status for result in results for r in result.exercises))
     return ('<p class="muted">Highest main score first; the same table by status and by name '
-            f'is folded below it.</p>{primary}{others}')
+            f'is folded below it. Each exercise: its status and points.</p>'
+            f'<p class="legend" id="status-legend">{legend}</p>{primary}{others}')
 
 
 def _learner_sections(results: Sequence[SubmissionResult]) -> str:
@@ -665,7 +844,8 @@ def render_class_report(results: Sequence[SubmissionResult], exercises: Sequence
         f'data-expected="{expected if expected is not None else len(results)}">{_e(progress)}, '
         f"{stamp}. Bonus points are extra credit, apart from the main part.</p>",
         _overview(summary),
-        '<h2 id="teach">Teach next: the most frequent root mistakes</h2>',
+        '<h2 id="teach">Teach next: the mistakes several learners share, and the class\'s '
+        "most common problems</h2>",
         _teach_next(summary),
         '<h2 id="learners">Learners</h2>',
         _learners_table(results, exercises),
@@ -675,7 +855,7 @@ def render_class_report(results: Sequence[SubmissionResult], exercises: Sequence
         _status_table(summary),
         '<h2 id="diagnoses">Every diagnosed mistake</h2>',
         _diagnoses_table(summary),
-        '<h2 id="tests">Pass rate of every test, over the learners who reached it</h2>',
+        '<h2 id="tests">Pass rate of the tests, over the learners who reached them</h2>',
         _tests_table(summary),
         '<h2 id="failures">Failures, learner by learner</h2>',
         _learner_sections(results),

@@ -9,9 +9,12 @@ Gradescope tests run the real check on ex1 and ex4 only (the fastest exercises),
 from __future__ import annotations
 
 import hashlib
+import html
 import json
+import math
 import os
 import random
+import re
 import shutil
 import stat
 import struct
@@ -21,6 +24,7 @@ import time
 import zipfile
 import zlib
 from collections import Counter
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from html.parser import HTMLParser
 from pathlib import Path
@@ -48,7 +52,9 @@ DIAGNOSES = ["embedding-layer-missing", "unique-sorts-pairs", "logits-not-log-pr
 
 
 def _exercise_row(exercise, kind: str, rng: random.Random) -> ExerciseResult:
-    """One exercise of one learner: ``kind`` is done, progress, failing, stub, missing, timeout."""
+    """One exercise of one learner: ``kind`` is done, progress, failing, stub, missing, timeout,
+    import (the file does not import) or caught (stubs, each caught by a test that names a
+    mistake for it, as a test that catches ``RuntimeError`` does)."""
     if kind == "missing":
         return ExerciseResult(exercise, Status.MISSING, (), f"the submission has no "
                                                             f"{exercise.module}.py")
@@ -60,10 +66,15 @@ def _exercise_row(exercise, kind: str, rng: random.Random) -> ExerciseResult:
             tests.append(TestRecord(nodeid, exercise.id, name, Outcome.SKIPPED, "needs GPT-2"))
         elif kind == "done" or (kind == "progress" and k % 2 == 0):
             tests.append(TestRecord(nodeid, exercise.id, name, Outcome.PASSED))
-        elif kind == "stub":
+        elif kind in ("stub", "caught"):
             tests.append(TestRecord(nodeid, exercise.id, name, Outcome.FAILED,
                                     "NotImplementedError", stub=True,
-                                    function=exercise.functions[k]))
+                                    function=exercise.functions[k],
+                                    diagnosis="log-probs-wrong" if kind == "caught" else None))
+        elif kind == "import":
+            tests.append(TestRecord(nodeid, exercise.id, name, Outcome.ERROR,
+                                    f"{exercise.source()} does not import (line 3): SyntaxError",
+                                    import_error=True))
         elif kind == "timeout" and k == 0:
             tests.append(TestRecord(nodeid, exercise.id, name, Outcome.TIMED_OUT,
                                     "timed out: stopped after 5 s"))
@@ -81,7 +92,8 @@ def _exercise_row(exercise, kind: str, rng: random.Random) -> ExerciseResult:
 
 def synthetic_class(n: int = 23, seed: int = 7) -> list[SubmissionResult]:
     rng = random.Random(seed)
-    kinds = ["done", "done", "done", "progress", "failing", "stub", "missing", "timeout"]
+    kinds = ["done", "done", "done", "progress", "failing", "stub", "missing", "timeout",
+             "import", "caught"]
     results = []
     for i in range(n):
         rows = [_exercise_row(e, rng.choice(kinds), rng) for e in EXERCISES]
@@ -148,6 +160,16 @@ def _reached(test: dict) -> bool:
             and not test["import_error"])
 
 
+#: The statuses the class's common problems list, and who counts for "not started".
+PROBLEM_STATUSES = ("does not import", "timed out", "crashed", "out of memory", "not started",
+                    "missing", "error", "environment error")
+
+
+def _shared(learners: int) -> int:
+    """How many learners make a mistake shared: two, and a tenth of the class (issue 49)."""
+    return max(2, math.ceil(learners / 10))
+
+
 def _root(row: dict) -> str | None:
     """The root diagnosis of one exercise, straight from the JSON: the most frequent specific
     diagnosis (not ``*-wrong``) among its reached failures, a tie going to the first met."""
@@ -163,16 +185,23 @@ def _expected_numbers(data: list[dict]) -> dict:
     statuses = {e.id: Counter() for e in EXERCISES}
     ran, passed, apart = Counter(), Counter(), {}
     diagnosis_tests, diagnosis_learners, roots = Counter(), {}, {}
+    problems: dict[str, dict[str, list[str]]] = {}
+    bonus = {e.id for e in EXERCISES if e.bonus}
     for submission in data:
         for row in submission["exercises"]:
             statuses[row["id"]][row["status"]] += 1
+            if row["status"] in PROBLEM_STATUSES and not (row["status"] == "not started"
+                                                          and row["id"] in bonus):
+                problems.setdefault(row["status"], {}).setdefault(row["id"], []).append(
+                    submission["name"])
             root = _root(row)
             if root:
                 roots.setdefault(root, set()).add(submission["name"])
             for test in row["tests"]:
                 kind = ("skipped" if test["outcome"] == "skipped" else
                         "not_run" if test["outcome"] == "not run" else
-                        "not_started" if not _reached(test) else None)
+                        "not_imported" if test["import_error"] else
+                        "not_started" if test["stub"] else None)
                 apart.setdefault(test["nodeid"], Counter())[kind] += kind is not None
                 if kind == "skipped":
                     continue
@@ -185,7 +214,9 @@ def _expected_numbers(data: list[dict]) -> dict:
     return {"statuses": statuses, "ran": ran, "passed": passed, "apart": apart,
             "diagnosis_tests": diagnosis_tests,
             "diagnosis_learners": {k: len(v) for k, v in diagnosis_learners.items()},
-            "roots": {k: len(v) for k, v in roots.items()}}
+            "roots": {k: len(v) for k, v in roots.items()}, "problems": problems,
+            "stub_diagnoses": sum(bool(t["stub"] and t["diagnosis"]) for s in data
+                                  for r in s["exercises"] for t in r["tests"])}
 
 
 # --------------------------------------------------------------------------- the class report
@@ -207,6 +238,12 @@ def report(tmp_path_factory):
 
 def test_report_numbers_match_the_json(report):
     check_report_against_json(report["page"], report["json"])
+    page = report["page"]
+    assert [r for r in page.having("tr", "data-nodeid") if r["data-nodeid"].endswith(
+        "test_needs_gpt2")], "the tests nobody reached are listed too"
+    assert int(page.having("rect", "data-bin")[-1]["data-count"]) > 0
+    statuses = {s for counts in page.data()["status_counts"].values() for s in counts}
+    assert {"does not import", "not started", "timed out"} <= statuses
     for entry in report["page"].data()["diagnoses"]:  # the synthetic messages name their id
         assert entry["id"] in entry["example"], entry
 
@@ -247,18 +284,26 @@ def check_report_against_json(page: Page, data: list[dict]) -> None:
     rows = page.having("tr", "data-nodeid")
     tests = [r for r in rows if "data-ran" in r]
     assert {r["data-nodeid"] for r in tests} == set(expected["apart"])
+    assert len(tests) == len(expected["apart"]), "each test is listed once"
     for row in tests:
         nodeid = row["data-nodeid"]
         assert int(row["data-ran"]) == expected["ran"][nodeid]
         assert int(row["data-passed"]) == expected["passed"][nodeid]
-        for key in ("skipped", "not_run", "not_started"):
+        for key in ("skipped", "not_run", "not_started", "not_imported"):
             assert int(row[f"data-{key.replace('_', '-')}"]) == expected["apart"][nodeid][key]
-    reached = [r for r in tests if int(r["data-ran"])]
-    rates = [int(r["data-passed"]) / int(r["data-ran"]) for r in reached]
+    # the tests below 100 % first, hardest first; then (folded) the others, those nobody
+    # reached last
+    below = [r for r in tests if r["data-passed"] != r["data-ran"]]
+    assert tests[:len(below)] == below, "the tests below 100 % come first"
+    rates = [int(r["data-passed"]) / int(r["data-ran"]) for r in below]
     assert rates == sorted(rates), "tests are listed hardest first"
-    assert tests[:len(reached)] == reached, "tests that nobody reached come last"
+    rest = tests[len(below):]
+    reached = [r for r in rest if int(r["data-ran"])]
+    assert rest[:len(reached)] == reached, "tests that nobody reached come last"
+    if rest:
+        assert page.having("details", "id") and "tests-passed" in page.ids, "the rest is folded"
     gpt2_only = [r for r in tests if r["data-nodeid"].endswith("test_needs_gpt2")]
-    assert gpt2_only and all(r["data-ran"] == "0" for r in gpt2_only)
+    assert all(r["data-ran"] == "0" for r in gpt2_only)
 
     diagnoses = page.having("tr", "data-diagnosis")
     assert {d["data-diagnosis"] for d in diagnoses} == set(expected["diagnosis_tests"])
@@ -282,19 +327,36 @@ def check_report_against_json(page: Page, data: list[dict]) -> None:
     for entry in numbers["diagnoses"]:
         assert entry["example"] in messages[entry["id"]], entry
 
+    # teach next: the root mistakes shared by several learners, the most learners first; no
+    # untouched stub among them (a stub names no diagnosis, whatever its test caught)
+    assert expected["stub_diagnoses"] == 0, "a record that reached a stub names a diagnosis"
     teach = page.having("li", "data-diagnosis")
-    ranked = sorted(expected["roots"].values(), reverse=True)
-    assert [int(t["data-learners"]) for t in teach] == ranked[:3]
+    shared = _shared(len(data))
+    ranked = [c for c in sorted(expected["roots"].values(), reverse=True) if c >= shared]
+    assert [int(t["data-learners"]) for t in teach] == ranked[:5]
     for item in teach:
         assert int(item["data-learners"]) == expected["roots"][item["data-diagnosis"]]
     assert [t["id"] for t in numbers["teach_next"]] == [t["data-diagnosis"] for t in teach]
+    assert numbers["shared"] == shared
+    if not teach:
+        assert "no-shared-mistake" in page.ids, "no shared mistake, and the page must say so"
+    # the class's common problems, with the learners' names, the most learners first
+    problems = page.having("li", "data-cases")
+    assert {p["data-status"] for p in problems} == set(expected["problems"])
+    for item in problems:
+        places = expected["problems"][item["data-status"]]
+        assert int(item["data-learners"]) == len({n for names in places.values() for n in names})
+        assert int(item["data-cases"]) == sum(len(names) for names in places.values())
+    assert {p["status"]: p["exercises"] for p in numbers["problems"]} == expected["problems"]
+    counts = [int(p["data-learners"]) for p in problems]
+    assert counts == sorted(counts, reverse=True)
 
     bins = page.having("rect", "data-bin")
     maximum = data[0]["max_points"]
     histogram = Counter(score_bin(s["main_points"], maximum) for s in data)
     assert len(bins) == 11 and bins[-1]["data-label"] == "100%"
     assert [int(b["data-count"]) for b in bins] == [histogram[i] for i in range(len(bins))]
-    assert int(bins[-1]["data-count"]) == sum(s["main_points"] == maximum for s in data) > 0
+    assert int(bins[-1]["data-count"]) == sum(s["main_points"] == maximum for s in data)
     summary = page.having("p", "data-learners")[0]
     assert int(summary["data-learners"]) == len(data)
     assert int(summary["data-all-done"]) == sum(s["all_done"] for s in data)
@@ -316,8 +378,8 @@ def test_every_learner_with_a_failure_has_an_anchor(report):
     not_run = [r for r in page.having("tr", "data-not-run") if r.get("class") == "not-run"]
     failing = [t for r in report["results"] for row in r.exercises for t in row.counted
                if not t.passed]
-    assert len(failures) == sum(not t.stub and t.outcome is not Outcome.NOT_RUN
-                                for t in failing)
+    assert len(failures) == sum(not t.stub and not t.import_error
+                                and t.outcome is not Outcome.NOT_RUN for t in failing)
     assert stubs == sum(t.stub for t in failing) > 0
     # a time-out is one row of its own and one line for the tests after it, not one per test
     timed_out = [row for r in report["results"] for row in r.exercises
@@ -426,6 +488,43 @@ def _png_pixels(path: Path) -> tuple[int, int, list[bytes]]:
     return width, height, rows
 
 
+#: Injected into a copy of the page (the report itself runs no script): once laid out, the
+#: window's size, how wide the page scrolls, and the boxes of the elements with the given ids.
+PROBE = """<script>
+window.addEventListener('load', () => {
+  const out = {width: innerWidth, height: innerHeight,
+               scrollWidth: document.documentElement.scrollWidth, boxes: {}};
+  for (const id of IDS) {
+    const e = document.getElementById(id);
+    if (e) { const r = e.getBoundingClientRect();
+             out.boxes[id] = {left: r.left, top: r.top, right: r.right, bottom: r.bottom}; }
+  }
+  const pre = document.createElement('pre'); pre.id = 'kata-probe';
+  pre.textContent = JSON.stringify(out); document.body.appendChild(pre);
+});
+</script>"""
+
+
+def chromium_layout(page: Path, folder: Path, ids: Sequence[str], width: int = 1400,
+                    height: int = 1000) -> dict:
+    """The page laid out by headless Chromium in a ``width`` x ``height`` window:
+    ``{"width", "height", "scrollWidth", "boxes": {id: {left, top, right, bottom}}}`` (the
+    window's inner size; pytest skips without Chromium)."""
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("Chromium is not installed (Debian: apt-get install chromium)")
+    probe = folder / f"probe-{page.name}"
+    probe.write_text(page.read_text(encoding="utf-8").replace(
+        "</body>", PROBE.replace("IDS", json.dumps(list(ids))) + "</body>"), encoding="utf-8")
+    process = subprocess.run(
+        [browser, *CHROMIUM_FLAGS, f"--user-data-dir={folder / 'probe-profile'}",
+         f"--window-size={width},{height}", "--virtual-time-budget=5000", "--dump-dom",
+         probe.resolve().as_uri()], capture_output=True, text=True, timeout=120)
+    found = re.search(r'<pre id="kata-probe">(.*?)</pre>', process.stdout)
+    assert found, process.stderr[-2000:]
+    return json.loads(html.unescape(found.group(1)))
+
+
 def test_the_report_renders_in_headless_chromium(report, tmp_path):
     browser = _chromium()
     if browser is None:
@@ -477,6 +576,18 @@ def test_the_first_screen_shows_the_summary_teach_next_and_the_learners(report, 
     colours = Counter(row[i:i + 3] for row in rows[::2] for i in range(0, len(row), 6))
     assert colours[bytes.fromhex("00838f")] > 20, "teach next is not on the first screen"
     assert colours[bytes.fromhex("2e7d32")] > 20, "the learners' status chips are not on it"
+
+
+def test_the_learners_table_fits_a_1400_pixel_window(report, tmp_path):
+    """Issue 49: the ex7 column was clipped and the page scrolled sideways. Seven exercises,
+    the longest statuses, a long name: the page is no wider than the window."""
+    layout = chromium_layout(report["path"], tmp_path, ["learners-table", "teach-next"])
+    print(layout)
+    assert layout["width"] == 1400
+    assert layout["scrollWidth"] <= layout["width"], "the page scrolls sideways"
+    table = layout["boxes"]["learners-table"]
+    assert 0 <= table["left"] and table["right"] <= layout["width"], table
+    assert layout["boxes"]["teach-next"]["top"] < layout["height"], "teach next is below the fold"
 
 
 # --------------------------------------------------------------------------- GitHub Classroom
