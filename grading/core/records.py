@@ -267,6 +267,28 @@ class ExerciseResult:
         return round(self.exercise.points * share, 2)
 
     @property
+    def uncapped_points(self) -> float:
+        """What the tests passed would earn without the secret checks' cap."""
+        if not self.total or self.void:
+            return 0.0
+        return round(self.exercise.points * self.passed / self.total, 2)
+
+    def why_unconfirmed(self) -> dict[str, str]:
+        """For each public function a secret check did not confirm, why, in one line: the
+        secret check that failed (its name and the first line of its message), or that none
+        of its secret checks ran."""
+        reasons = {}
+        for function in self.unconfirmed:
+            failed = [t for t in self.tests if function in t.checks and not t.passed]
+            if failed:
+                first = (failed[0].message or failed[0].outcome.value).strip().splitlines()
+                reasons[function] = (f"its secret check {failed[0].name} "
+                                     f"{failed[0].outcome.value}: {first[0] if first else ''}")
+            else:
+                reasons[function] = "no secret check of it ran"
+        return reasons
+
+    @property
     def capped(self) -> bool:
         """Whether the secret checks hold the points below the share of tests passed: they
         confirmed a smaller share of the public functions (answers that fit the public inputs

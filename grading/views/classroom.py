@@ -150,15 +150,14 @@ def _function_entries(row: ExerciseResult, points: float) -> list[dict]:
     confirmed ones share ``points`` equally. Used where the secret checks cap the points, so
     that the reporter's own count (passed entries / entries x max_score) is the same share."""
     scores = iter(_shares(points, len(row.confirmed)))
+    reasons = row.why_unconfirmed()
     entries = []
     for function in row.exercise.functions:
         confirmed = function in row.confirmed
-        failed = [t for t in row.tests if function in t.checks and not t.passed]
-        why = (f"its secret check {failed[0].name} failed: {failed[0].message}" if failed
-               else "no secret check of it ran")
         entries.append(_entry(row, f"{function} (confirmed by its secret checks)", confirmed,
                               next(scores) if confirmed else 0,
-                              "" if confirmed else f"{function} is not confirmed: {why}"))
+                              "" if confirmed else f"{function} is not confirmed: "
+                                                   f"{reasons[function]}"))
     return entries
 
 

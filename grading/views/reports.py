@@ -18,7 +18,7 @@ from grading.views.commands import grader_command
 
 from grading.core import sanitize
 from grading.views.learner import function_of
-from grading.core.records import Outcome, Status, SubmissionResult
+from grading.core.records import ExerciseResult, Outcome, Status, SubmissionResult
 from grading.core.results import root_failure
 
 BAR_WIDTH = 30
@@ -301,7 +301,10 @@ def gradescope_results(result: SubmissionResult) -> dict:
     Bonus tests follow Gradescope's extra-credit convention: each keeps its real ``max_score``
     (its score never exceeds it), is named and tagged "extra credit", and the assignment's total
     points are set to the main part's maximum (:attr:`SubmissionResult.max_points`), so a
-    learner with the bonus scores above 100 %. The ``output`` says so."""
+    learner with the bonus scores above 100 %. The ``output`` says so.
+
+    A passing test of a capped exercise says why it earns less than its share: which function's
+    secret check failed, and what that cost (:func:`capped_output`)."""
     tests = []
     for row in result.exercises:
         exercise = row.exercise
@@ -311,14 +314,19 @@ def gradescope_results(result: SubmissionResult) -> dict:
         extra = {"tags": ["extra credit"]} if exercise.bonus else {}
         suffix = " (extra credit)" if exercise.bonus and "extra credit" not in label else ""
         for number, test in enumerate(row.counted, start=1):
+            passed = test.passed and not row.void
+            if row.void:
+                output = f"{row.status}: {row.message}"
+            elif passed and row.capped:
+                output = capped_output(row, earned, share)
+            else:
+                output = test.message or test.outcome.value
             entry = {
                 "name": f"{label}: {test.name}{suffix}", "number": f"{exercise.number}.{number}",
-                "score": round(earned if test.passed and not row.void else 0.0, 4),
+                "score": round(earned if passed else 0.0, 4),
                 "max_score": round(share, 4),
-                "status": "passed" if test.passed and not row.void else "failed",
-                "output": (f"{row.status}: {row.message}" if row.void
-                           else test.message or test.outcome.value),
-                "visibility": "visible", **extra,
+                "status": "passed" if passed else "failed",
+                "output": output, "visibility": "visible", **extra,
             }
             if test.diagnosis:
                 entry["extra_data"] = {"diagnosis": sanitize.diagnosis_id(test.diagnosis)}
@@ -332,7 +340,8 @@ def gradescope_results(result: SubmissionResult) -> dict:
     lines = [f"{r.exercise.id} {r.exercise.title}: {r.status}, {r.passed}/{r.total} tests, "
              f"{_points(r.points)}/{_points(r.max_points)} points"
              + (f" (the secret checks confirmed {len(r.confirmed)} of its "
-                f"{len(r.exercise.functions)} functions)" if r.capped else "")
+                f"{len(r.exercise.functions)} functions; not "
+                f"{', '.join(r.unconfirmed)})" if r.capped else "")
              + (f" ({r.skipped} skipped, counted neither for nor against)" if r.skipped else "")
              + (" (extra credit)" if r.exercise.bonus else "")
              for r in result.exercises]
@@ -349,6 +358,22 @@ def gradescope_results(result: SubmissionResult) -> dict:
                                        "max_points": result.max_points,
                                        "bonus_points": result.bonus_points,
                                        "max_bonus_points": result.max_bonus_points}})
+
+
+def capped_output(row: ExerciseResult, earned: float, share: float) -> str:
+    """The output of a test that passed in an exercise the secret checks cap: it names each
+    function whose secret check failed, and what that cost the test and the exercise."""
+    n = len(row.exercise.functions)
+    reasons = row.why_unconfirmed()
+    lines = [f"passed, but it earns {earned:.2f} of its {share:.2f} points: the secret checks did "
+             f"not confirm {', '.join(reasons)}."]
+    lines += [f"- {function}: {why}" for function, why in reasons.items()]
+    lines.append(f"{row.exercise.id} counts the {len(row.confirmed)} of its {n} functions they "
+                 f"confirmed: {_points(row.points)} of its {_points(row.max_points)} points, "
+                 f"instead of the {_points(row.uncapped_points)} its passing tests would earn "
+                 f"(each function not confirmed costs {_points(round(row.max_points / n, 2))} "
+                 "points).")
+    return "\n".join(lines)
 
 
 def gradescope_path(target: Path, name: str, several: bool) -> Path:

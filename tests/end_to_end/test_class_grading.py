@@ -1017,3 +1017,33 @@ def test_gradescope_tests_add_up_to_the_capped_points_too():
     assert all(t["score"] <= t["max_score"] + 1e-9 for t in data["tests"])
     assert all(r.capped for r in rows)
     assert data["output"].count("the secret checks confirmed 1 of its") == len(rows)
+
+
+def test_a_capped_gradescope_test_names_its_function_and_what_it_cost():
+    """Issue 49: a test capped by a failed secret check showed "passed" with 0.63 of 0.94
+    points, and only the summary hinted why. Each passing test of a capped exercise now names
+    the function whose secret check failed, that check, and the points it cost."""
+    from grading.views import reports
+
+    exercise = next(e for e in EXERCISES if not e.bonus and len(e.functions) >= 2)
+    row = _checked_row(exercise, 10, 1)  # public tests pass; one function of n confirmed
+    assert row.capped
+    data = reports.gradescope_results(SubmissionResult("prepared", [row], {}, 1.0))
+    validate_gradescope_results(data)
+    share = exercise.points / row.total
+    earned = row.points / row.passed
+    passing = [t for t in data["tests"] if t["status"] == "passed"]
+    assert len(passing) == row.passed and all(t["score"] < t["max_score"] for t in passing)
+    for test in passing:
+        output = test["output"]
+        assert f"earns {earned:.2f} of its {share:.2f} points" in output, output
+        for function in exercise.functions[1:]:  # the ones the secret checks did not confirm
+            assert f"- {function}: its secret check test_secret_{function} failed: " \
+                   "differs on the secret inputs" in output, output
+        assert f"- {exercise.functions[0]}:" not in output  # the confirmed one is not named
+        assert f"{row.points:g} of its {row.max_points:g} points, instead of the " \
+               f"{row.uncapped_points:g}" in output, output
+    assert ", ".join(exercise.functions[1:]) in data["output"]
+    uncapped = _checked_row(exercise, 10, len(exercise.functions))
+    plain = reports.gradescope_results(SubmissionResult("honest", [uncapped], {}, 1.0))
+    assert not any("secret checks" in t["output"] for t in plain["tests"])
