@@ -537,6 +537,12 @@ def _serve_exercise(models: Models, root: Path, module: str, read_fd: int, write
     except OSError:
         pass
     signal.signal(signal.SIGALRM, signal.SIG_DFL)  # a call past its deadline ends the process
+    import torch
+
+    # forked from a process whose thread pool ran the models (KATA_TORCH_THREADS > 1): that pool
+    # does not survive a fork, and the first parallel operation here would hang until the
+    # call's deadline (a correct answer graded "timed out")
+    torch.set_num_threads(1)
     _cap_cpu(cpu_seconds)
     exercise = Exercise(models, module, root, call_seconds=call_seconds)
     exercise.import_module()

@@ -756,15 +756,18 @@ def test_the_workflow_validates_against_githubs_schema(template, tmp_path):
     assert bad.returncode != 0
 
 
-def _run_step(folder: Path, command: str, output: Path) -> tuple[int, str, float]:
-    """A step's command as the runner runs it, with this Python for ``.venv/bin/python``."""
+def _run_step(folder: Path, command: str, output: Path,
+              one_thread: bool = True) -> tuple[int, str, float]:
+    """A step's command as the runner runs it, with this Python for ``.venv/bin/python``
+    (``one_thread``: torch on one thread, whatever the command says)."""
     words = command.replace('"$GITHUB_OUTPUT"', str(output)).split()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("KATA_IMPL", None)
     while "=" in words[0]:
         name, value = words.pop(0).split("=", 1)
         env[name] = value
-    env["KATA_TORCH_THREADS"] = "1"  # the test runs several steps at once: one thread each
+    if one_thread:
+        env["KATA_TORCH_THREADS"] = "1"  # the test runs several steps at once: one thread each
     assert words[0] == classroom.PYTHON
     started = time.monotonic()
     process = subprocess.run([sys.executable, *words[1:]], cwd=folder, env=env,
@@ -1047,3 +1050,25 @@ def test_a_capped_gradescope_test_names_its_function_and_what_it_cost():
     uncapped = _checked_row(exercise, 10, len(exercise.functions))
     plain = reports.gradescope_results(SubmissionResult("honest", [uncapped], {}, 1.0))
     assert not any("secret checks" in t["output"] for t in plain["tests"])
+
+
+def test_a_step_with_the_workflows_own_threads_grades_a_correct_exercise_done(template, tmp_path):
+    """The workflow writes KATA_TORCH_THREADS=2 into every step. The learner's functions run in
+    processes forked from one whose torch thread pool ran the models; a pool does not survive a
+    fork, and a correct exercise 2 was graded "timed out in `layer_similarity`" (21.43/30 under
+    act, issue 49) until the forked process runs on one thread."""
+    import base64
+
+    correct = tmp_path / "correct"
+    shutil.copytree(template, correct)
+    synthetic.make_submission(REPO, correct, {}, EXERCISES, layout="exercises")
+    step = next(s for s in _workflow(template)["jobs"]["run-autograding-tests"]["steps"]
+                if s.get("id") == "ex2")
+    assert "KATA_TORCH_THREADS=2" in step["run"]
+    output = tmp_path / "ex2.out"
+    code, text, seconds = _run_step(correct, step["run"], output, one_thread=False)
+    print(f"ex2 with the workflow's own threads: {seconds:.1f} s")
+    assert code == 0, text[-3000:]
+    result = json.loads(base64.b64decode(output.read_text().split("=", 1)[1]))
+    assert result["status"] == "pass" and "is done" in text, text[-3000:]
+    assert abs(sum(t["score"] for t in result["tests"]) - BY_ID["ex2"].points) <= 0.01
