@@ -328,10 +328,12 @@ def _grade_once(args, root: Path) -> int:
         return 2
     print(f"Grading {args.impl}/ ...", file=sys.stderr, flush=True)
     result = grade_in_place(root, exercises, args.impl, options)
+    current = None
     if args.impl == "exercises":
         learner.remember_first_failures(root, result)
+        current = learner.changed_last(root, result, args.impl)
     title = f"Hidden-states kata: {args.impl}/ graded in {result.seconds:.0f} s"
-    print(reports.learner_report(result, learner.hint_levels(root), title, args.impl))
+    print(reports.learner_report(result, learner.hint_levels(root), title, args.impl, current))
     if getattr(args, "csv", None):
         csv = reports.CsvReport(args.csv, exercises)
         csv.add(result)

@@ -14,6 +14,7 @@ from typing import Callable
 
 from grading.views.commands import grader_command
 from grading.core.declarations import Exercise
+from grading.core.records import Status
 
 HINTS_FILE = ".kata-hints.json"  # in the kata's root; gitignored
 BACKUP_DIR = "exercises/.backup"  # where `grader.py reset N` keeps the learner's file; gitignored
@@ -169,6 +170,25 @@ def is_untouched(root: Path, exercise: Exercise) -> bool:
         return submitted == stubs.stub_text(exercise, root)
     except (OSError, ValueError, SyntaxError):
         return False
+
+
+def changed_last(root: Path, result, impl: str = "exercises") -> str | None:
+    """The exercise the learner is working on: of the exercises they began and have not
+    finished (not done, and not "not started", where every failure is still an untouched
+    stub), the one whose file was modified last. None when there is none (then "next" is the
+    first unfinished exercise)."""
+    root = Path(root)
+    latest, when = None, None
+    for row in result.exercises:
+        if row.done or row.status in (Status.NOT_STARTED, Status.MISSING):
+            continue
+        try:
+            modified = (root / row.exercise.source(impl)).stat().st_mtime_ns
+        except OSError:
+            continue
+        if when is None or modified > when:
+            latest, when = row.exercise.id, modified
+    return latest
 
 
 def restore_stub(root: Path, exercise: Exercise) -> tuple[Path, Path | None]:

@@ -107,16 +107,31 @@ def _indent(text: str, prefix: str = "    ", lines: int = MESSAGE_LINES) -> str:
 
 
 def next_step(result: SubmissionResult, hint_levels: dict[str, dict[str, int]],
-              impl: str = "exercises") -> str:
-    """Under the table: the first unfinished exercise, its first failing test, and a hint for the
-    function that test is about (at the level the learner has reached with ``grader.py hint``)."""
-    row = result.first_unfinished()
+              impl: str = "exercises", current: str | None = None) -> str:
+    """Under the table: the exercise to work on, its first failing test, and a hint for the
+    function that test is about (at the level the learner has reached with ``grader.py hint``).
+
+    The exercise is ``current`` (the unfinished one the learner changed last,
+    :func:`grading.views.learner.changed_last`) when there is one, and then the earlier main
+    exercises still open are named too; else the first unfinished exercise."""
+    first = result.first_unfinished()
+    row = next((r for r in result.exercises if r.exercise.id == current and not r.done), first)
     if row is None:
         return ("All exercises are done. See your results as the post's figures:\n"
                 f"    {grader_command('figures figures')}")
     exercise = row.exercise
-    lines = [f"Next: {exercise.id} {exercise.title} (edit {exercise.source(impl)})",
+    working = row is not first
+    lines = [f"Next: {exercise.id} {exercise.title} (edit {exercise.source(impl)}"
+             + ("; the exercise you changed last)" if working else ")"),
              f"  post: {exercise.post}"]
+    if working:
+        index = result.exercises.index(row)
+        earlier = [r for r in result.exercises[:index] if not r.done and not r.exercise.bonus]
+        if earlier:
+            lines.append("  still open before it: " + ", ".join(
+                f"{r.exercise.id} {r.exercise.title} ({r.status})" for r in earlier)
+                + f"; `{grader_command(f'check {earlier[0].exercise.number}')}` grades "
+                  f"{earlier[0].exercise.id} alone")
     first = row.first_failure()
     failure = root_failure(row) or first
     function = None
@@ -166,10 +181,12 @@ def exercise_summary(result: SubmissionResult, hint_levels: dict[str, dict[str, 
 
 
 def learner_report(result: SubmissionResult, hint_levels: dict[str, dict[str, int]], title: str,
-                   impl: str = "exercises") -> str:
+                   impl: str = "exercises", current: str | None = None) -> str:
+    """The learner's screen: the table, then the next step (``current``: the exercise they
+    changed last, see :func:`next_step`)."""
     return sanitize.terminal("\n".join([
         f"{title}  ({describe_environment(environment(result))})", "", exercise_table(result), "",
-        next_step(result, hint_levels, impl)]))
+        next_step(result, hint_levels, impl, current)]))
 
 
 # --------------------------------------------------------------------------- instructors
