@@ -189,7 +189,7 @@ class ClassSummary:
     undiagnosed_failures: int  # failing tests that named no diagnosis (stubs not counted)
     exercises: list[Exercise] = field(default_factory=list)
     teach_next: list[RootMistake] = field(default_factory=list)  # shared by several learners
-    roots: list[RootMistake] = field(default_factory=list)  # every root mistake, most learners first
+    roots: list[RootMistake] = field(default_factory=list)  # all of them, most learners first
     problems: list[ClassProblem] = field(default_factory=list)  # most learners first
     shared: int = SHARED_LEARNERS  # how many learners make a mistake "shared" (shared_threshold)
 

@@ -252,8 +252,8 @@ def grade_step(number: str, root: Path | None = None, timeout: float = CHECK_TIM
 
 
 def _cache_with(key: str) -> list[str]:
-    return ["        with:", "          path: |", f"            {VENV}", f"            {MODEL_CACHE}",
-            f"          key: {_q(key)}"]
+    return ["        with:", "          path: |", f"            {VENV}",
+            f"            {MODEL_CACHE}", f"          key: {_q(key)}"]
 
 
 def workflow_yaml(exercises: Sequence[Exercise], handed_out: dict[str, str] | None = None) -> str:
@@ -337,8 +337,8 @@ def workflow_yaml(exercises: Sequence[Exercise], handed_out: dict[str, str] | No
     for exercise in exercises:
         variable = f"{step_id(exercise).upper()}_RESULTS"
         fallback = reporter_output(fallback_result(exercise)).strip().removeprefix("result=")
-        lines.append(f"          {variable}: "
-                     f"{_q('${{ steps.' + step_id(exercise) + '.outputs.result || ' + repr(fallback) + ' }}')}")
+        value = f"${{{{ steps.{step_id(exercise)}.outputs.result || '{fallback}' }}}}"
+        lines.append(f"          {variable}: {_q(value)}")
     lines += [
         "        with:",
         f"          runners: {_q(','.join(step_id(e) for e in exercises))}",
