@@ -23,7 +23,7 @@ from xdist.scheduler import LoadScopeScheduling
 #: The files whose tests share a fixture built once per file or session, slowest first
 #: (each file's time in the suite on 2 cores, 2026-12-06 13:30: test_sandbox about 107 s, its
 #: sandboxed batch 66 s of it; the notebooks 53 s; the Classroom and Gradescope steps 49 s).
-TOGETHER = ("test_sandbox.py", "test_notebooks.py", "test_class_grading.py", "test_grader.py",
+TOGETHER = ("test_realistic_class.py", "test_sandbox.py", "test_notebooks.py", "test_class_grading.py", "test_grader.py",
             "test_batch_worker.py", "test_same_verdict.py", "test_cli.py", "test_model_facts.py",
             "test_learner_mode.py", "test_stubs_fail.py", "test_classroom_act.py",
             "test_fair_grades.py")
