@@ -19,6 +19,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 import kata  # noqa: E402
 from course.shared.diagnosis import Diagnosis, diagnose  # noqa: E402
+from course.shared.inputs import patching_prompts  # noqa: E402
 from course.shared.library_errors import Sizes, learner_run  # noqa: E402
 from course.shared.maps import map_diagnosis  # noqa: E402
 from course.shared.reference import patched_metrics, patching_reference  # noqa: E402
@@ -44,15 +45,6 @@ TOKENS = ["The", " E", "iffel", " Tower", " in", " of"]  # the figure's column l
 # ----------------------------------------------------------------------------- inputs and references
 
 
-def prompts(tokenizer):
-    """``(clean_ids, corrupted_ids, good_id, bad_id)`` of the Eiffel / Colosseum pair."""
-    clean = tokenizer(kata.CLEAN_PROMPT, return_tensors="pt")["input_ids"]
-    corrupted = tokenizer(kata.CORRUPTED_PROMPT, return_tensors="pt")["input_ids"]
-    good = tokenizer(kata.CLEAN_ANSWER, add_special_tokens=False)["input_ids"][0]
-    bad = tokenizer(kata.CORRUPTED_ANSWER, add_special_tokens=False)["input_ids"][0]
-    return clean, corrupted, good, bad
-
-
 def subject_prompts(tokenizer):
     """The pair cut to its subjects, "The Eiffel Tower" / "The Colosseum": up to the position
     from which the two prompts are the same tokens (4 in SmolLM2, 5 in GPT-2). The subjects alone
@@ -60,13 +52,13 @@ def subject_prompts(tokenizer):
     SmolLM2's first 4 blocks, 0.60 against 0.016 on the tiny GPT-2), and the normalisation divides
     by that; the loop also runs fewer, shorter passes (4 x 4 on SmolLM2's first blocks, 4 x 5 on
     the tiny GPT-2, instead of 4 x 10 and 4 x 11)."""
-    clean, corrupted, good, bad = prompts(tokenizer)
+    clean, corrupted, good, bad = patching_prompts(tokenizer)
     differ = (clean[0] != corrupted[0]).nonzero()
     end = int(differ.max()) + 1
     return clean[:, :end], corrupted[:, :end], good, bad
 
 
-def reference(model, tokenizer, name, pair=prompts):
+def reference(model, tokenizer, name, pair=patching_prompts):
     """``{"args": (clean_ids, corrupted_ids, good_id, bad_id), **patching_reference(...)}``,
     computed once per process for ``name``."""
 

@@ -20,6 +20,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 import kata  # noqa: E402
 from course.shared.diagnosis import Diagnosis, diagnose  # noqa: E402
+from course.shared.inputs import patching_prompts  # noqa: E402
 from course.shared.library_errors import LIBRARY_ERRORS, Sizes, explained, learner_run  # noqa: E402
 from course.shared.maps import (  # noqa: E402
     correlation_shape,
@@ -45,15 +46,6 @@ from kata.models import EnvironmentFault  # noqa: E402
 # ----------------------------------------------------------------------------- inputs and references
 
 
-def prompts(tokenizer):
-    """``(clean_ids, corrupted_ids, good_id, bad_id)`` of the Eiffel / Colosseum pair."""
-    clean = tokenizer(kata.CLEAN_PROMPT, return_tensors="pt")["input_ids"]
-    corrupted = tokenizer(kata.CORRUPTED_PROMPT, return_tensors="pt")["input_ids"]
-    good = tokenizer(kata.CLEAN_ANSWER, add_special_tokens=False)["input_ids"][0]
-    bad = tokenizer(kata.CORRUPTED_ANSWER, add_special_tokens=False)["input_ids"][0]
-    return clean, corrupted, good, bad
-
-
 def metrics_of(model, args) -> tuple[float, float]:
     """The clean and the corrupted metrics, log p(good) - log p(bad), of ``args``."""
     clean, corrupted, good, bad = args
@@ -66,7 +58,7 @@ def tiny(tiny_gpt2):
     model, tokenizer = tiny_gpt2
 
     def compute():
-        args = prompts(tokenizer)
+        args = patching_prompts(tokenizer)
         facts = patching_reference(model, *args)
         return {"args": args, "clean": facts["clean"], "corrupted": facts["corrupted"],
                 "estimate": attribution_reference(model, *args)}
@@ -81,7 +73,7 @@ def first_blocks(smollm2_first_blocks):
     model, tokenizer = smollm2_first_blocks
 
     def compute():
-        clean, corrupted, good, bad = prompts(tokenizer)
+        clean, corrupted, good, bad = patching_prompts(tokenizer)
         args = clean[:, :4], corrupted[:, :4], good, bad
         metrics = metrics_of(model, args)
         return {"args": args, "clean": metrics[0], "corrupted": metrics[1],

@@ -50,14 +50,21 @@ class Inputs:
         return self.tokenizer(word, add_special_tokens=False)["input_ids"][0]
 
     def patching_pair(self):
-        """Exercises 6 and 7's prompts as ``(clean_ids, corrupted_ids, good_id, bad_id)``, and
-        the tokens to label them with (``"iffel/osse"`` where the two prompts differ)."""
-        clean, corrupted = self.ids(kata.CLEAN_PROMPT), self.ids(kata.CORRUPTED_PROMPT)
+        """Exercises 6 and 7's prompts (:func:`patching_prompts`), and the tokens to label them
+        with (``"iffel/osse"`` where the two prompts differ)."""
         labels = [a if a == b else f"{a}/{b}" for a, b in
                   zip(self.tokens(kata.CLEAN_PROMPT), self.tokens(kata.CORRUPTED_PROMPT))]
-        pair = (clean, corrupted, self.token_id(kata.CLEAN_ANSWER),
-                self.token_id(kata.CORRUPTED_ANSWER))
-        return pair, labels
+        return patching_prompts(self.tokenizer), labels
+
+
+def patching_prompts(tokenizer):
+    """``(clean_ids, corrupted_ids, good_id, bad_id)`` of exercises 6 and 7's Eiffel / Colosseum
+    pair: ``(1, T)`` ids of each prompt, and the id of each answer's first token."""
+    clean = tokenizer(kata.CLEAN_PROMPT, return_tensors="pt")["input_ids"]
+    corrupted = tokenizer(kata.CORRUPTED_PROMPT, return_tensors="pt")["input_ids"]
+    good = tokenizer(kata.CLEAN_ANSWER, add_special_tokens=False)["input_ids"][0]
+    bad = tokenizer(kata.CORRUPTED_ANSWER, add_special_tokens=False)["input_ids"][0]
+    return clean, corrupted, good, bad
 
 
 def spread(n: int, count: int) -> list[int]:
