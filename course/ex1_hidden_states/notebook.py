@@ -19,7 +19,7 @@
 import kata
 from grading.views.notebook import attempt, check, exercise, expect, load_model, show, token_strings
 
-ex = exercise(1)  # your exercises/ex1_hidden_states.py (solutions/ with KATA_IMPL=solutions)
+ex = exercise(1)  # your exercises/ex1_hidden_states.py (its solution.py with KATA_IMPL=solutions)
 model, tokenizer = load_model()  # GPT-2 if cached, else SmolLM2; KATA_MODEL=tiny-gpt2 for speed
 
 # %% [markdown]

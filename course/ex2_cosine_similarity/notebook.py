@@ -21,7 +21,7 @@ import kata
 from grading.views.notebook import check, exercise, expect, hidden_states_of, load_model, show, \
     token_strings
 
-ex = exercise(2)  # your exercises/ex2_cosine_similarity.py (solutions/ with KATA_IMPL=solutions)
+ex = exercise(2)  # your exercises/ex2_cosine_similarity.py (its solution.py with KATA_IMPL=solutions)
 model, tokenizer = load_model()  # GPT-2 if cached, else SmolLM2; KATA_MODEL=tiny-gpt2 for speed
 
 # %% [markdown]

@@ -19,7 +19,7 @@
 import kata
 from grading.views.notebook import attempt, check, exercise, expect, load_model, show
 
-ex = exercise(3)  # your exercises/ex3_manipulation.py (solutions/ with KATA_IMPL=solutions)
+ex = exercise(3)  # your exercises/ex3_manipulation.py (its solution.py with KATA_IMPL=solutions)
 model, tokenizer = load_model()  # GPT-2 if cached, else SmolLM2 (a trained model matters here)
 
 # %% [markdown]

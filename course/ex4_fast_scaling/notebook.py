@@ -20,7 +20,7 @@ import time
 import kata
 from grading.views.notebook import check, exercise, expect, load_model, show
 
-ex = exercise(4)  # your exercises/ex4_fast_scaling.py (solutions/ with KATA_IMPL=solutions)
+ex = exercise(4)  # your exercises/ex4_fast_scaling.py (its solution.py with KATA_IMPL=solutions)
 ex3 = exercise(3)  # the loop and the plot from exercise 3
 model, tokenizer = load_model()  # GPT-2 if cached, else SmolLM2; KATA_MODEL=tiny-gpt2 for speed
 

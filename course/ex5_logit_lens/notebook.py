@@ -17,7 +17,7 @@
 import kata
 from grading.views.notebook import check, exercise, expect, hidden_states_of, load_model, show
 
-ex = exercise(5)  # your exercises/ex5_logit_lens.py (solutions/ with KATA_IMPL=solutions)
+ex = exercise(5)  # your exercises/ex5_logit_lens.py (its solution.py with KATA_IMPL=solutions)
 model, tokenizer = load_model()  # GPT-2 if cached, else SmolLM2 (a trained model matters here)
 
 # %% [markdown]

@@ -20,7 +20,7 @@ import torch
 import kata
 from grading.views.notebook import check, exercise, expect, load_model, show
 
-ex = exercise(6)  # your exercises/ex6_activation_patching.py (solutions/ with KATA_IMPL=solutions)
+ex = exercise(6)  # your exercises/ex6_activation_patching.py (its solution.py with KATA_IMPL=solutions)
 model, tokenizer = load_model()  # GPT-2 if cached, else SmolLM2 (a trained model matters here)
 
 # %% [markdown]

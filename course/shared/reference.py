@@ -1,8 +1,8 @@
 """Reference computations that the tests (``course/shared/support.py``), the figures command and the
 notebooks compare the learner's answers with.
 
-Written once, from the model and torch alone, never from ``solutions/``, so they stay independent
-of the code they judge. The grader runs them on its trusted side only: its sandbox never holds
+Written once, from the model and torch alone, never from the reference solutions
+(``course/*/solution.py``), so they stay independent of the code they judge. The grader runs them on its trusted side only: its sandbox never holds
 this module (a learner's own notebooks and `grader.py figures` use it on their machine).
 """
 

@@ -3,7 +3,7 @@
 Every check that recognises a learner's mistake fails through :func:`course.shared.diagnosis.diagnose`
 with a stable id, so the grader and the mistakes catalogue (``tests/mistakes/``) name it the
 same way. Reference values are computed here from the model and from torch, written once, and
-never from ``solutions/``.
+never from the reference solutions (``course/*/solution.py``).
 
 * numeric checks: :func:`expect`, :func:`check_tensor`, :func:`check_shape`, :func:`check_close`,
   :func:`close`;

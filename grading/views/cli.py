@@ -81,7 +81,7 @@ class Parser(argparse.ArgumentParser):
 
 def _add_impl(parser):
     parser.add_argument("--impl", choices=IMPLEMENTATIONS, default="exercises",
-                        help="your exercises/ (default) or the reference solutions/")
+                        help="your exercises/ (default) or the reference solutions")
 
 
 def _add_limits(parser, batch: bool):
@@ -223,11 +223,11 @@ def build_parser() -> Parser:
     classroom.add_argument("dir", metavar="DIR", type=Path,
                            help="the template repository's checkout")
     classroom.add_argument("--template", action="store_true",
-                           help="first copy into DIR what learners may see (no solutions/, "
+                           help="first copy into DIR what learners may see (no solutions, "
                                 "variants, mistakes or maintainer tests)")
 
     bundle = command("gradescope-bundle", "build the Gradescope autograder zip (without "
-                                          "solutions/)")
+                                          "solutions)")
     bundle.add_argument("zip", metavar="ZIP", type=Path,
                         help="the zip to write, e.g. autograder.zip")
     _add_exercise_ids(bundle)
@@ -516,7 +516,7 @@ def gradescope_bundle(args, root: Path) -> int:
                                    call_seconds=args.call_timeout)
     with zipfile.ZipFile(path) as archive:
         count = len(archive.namelist())
-    print(f"wrote {path} ({count} files, no solutions/): upload it as the autograder")
+    print(f"wrote {path} ({count} files, no solutions): upload it as the autograder")
     return 0
 
 
