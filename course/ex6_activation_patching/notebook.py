@@ -63,7 +63,11 @@ effect = ex.fast_patching_effect(model, clean_ids, corrupted_ids, good_id, bad_i
 print(f"fast_patching_effect: {time.perf_counter() - started:.1f} s, shape {tuple(effect.shape)}")
 passes = len(kata.blocks(model)) * clean_ids.shape[1] + 2  # one per cell, and the two prompts
 with tqdm(total=passes, desc="patching_effect", unit="pass") as bar:
-    counting = model.register_forward_pre_hook(lambda module, inputs: bar.update(1))
+
+    def count_pass(module, inputs):
+        bar.update(1)  # and return None: a pre-hook that returns a value replaces the inputs
+
+    counting = model.register_forward_pre_hook(count_pass)
     try:
         started = time.perf_counter()
         slow = ex.patching_effect(model, clean_ids, corrupted_ids, good_id, bad_id)
