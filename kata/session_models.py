@@ -9,6 +9,7 @@ table.
 from __future__ import annotations
 
 import gc
+import os
 
 import torch
 
@@ -17,6 +18,20 @@ from kata.models import EnvironmentFault, load_model
 
 #: name -> (model, tokenizer, hook snapshot taken right after loading)
 LOADED: dict[str, tuple] = {}
+
+
+def threads_before_forking() -> None:
+    """Torch on one thread in a process that loads models and then forks workers: a thread pool
+    does not survive a fork, and a child's first parallel operation would wait forever on the
+    parent's threads (a correct answer graded "timed out"). Its children choose their own
+    (:func:`threads_after_forking`)."""
+    torch.set_num_threads(1)
+
+
+def threads_after_forking() -> None:
+    """In a child forked from a process that kept one thread (:func:`threads_before_forking`):
+    torch on ``KATA_TORCH_THREADS`` threads (default one), in a pool of the child's own."""
+    torch.set_num_threads(int(os.environ.get("KATA_TORCH_THREADS") or 1))
 
 
 def load_warm(name: str) -> tuple:

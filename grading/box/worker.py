@@ -133,10 +133,10 @@ def _python_texts(paths: list[str]) -> list[str]:
 def warm_up(test_files: list[str]) -> None:
     """Everything a test session would import or load first, done once."""
     import pytest  # noqa: F401
-    import torch
 
-    if os.environ.get("KATA_TORCH_THREADS"):
-        torch.set_num_threads(int(os.environ["KATA_TORCH_THREADS"]))
+    from kata.session_models import threads_before_forking
+
+    threads_before_forking()  # each exercise's child takes KATA_TORCH_THREADS (_run_tests)
     import grading.core.recorder  # noqa: F401
     import grading.box.remote  # noqa: F401
     import course.shared.plugin  # noqa: F401
@@ -210,6 +210,10 @@ class _Clock:
 
 def _run_tests(exercise_id: str, test_file: str, args, clock_fd: int, remote: str | None) -> int:
     import pytest
+
+    from kata.session_models import threads_after_forking
+
+    threads_after_forking()
 
     options = ["-p", "grading.core.recorder", "--kata-record", args.record,
                "--kata-deselect", args.deselect, "--impl", args.impl,

@@ -537,12 +537,9 @@ def _serve_exercise(models: Models, root: Path, module: str, read_fd: int, write
     except OSError:
         pass
     signal.signal(signal.SIGALRM, signal.SIG_DFL)  # a call past its deadline ends the process
-    import torch
+    from kata.session_models import threads_after_forking
 
-    # forked from a process whose thread pool ran the models (KATA_TORCH_THREADS > 1): that pool
-    # does not survive a fork, and the first parallel operation here would hang until the
-    # call's deadline (a correct answer graded "timed out")
-    torch.set_num_threads(1)
+    threads_after_forking()
     _cap_cpu(cpu_seconds)
     exercise = Exercise(models, module, root, call_seconds=call_seconds)
     exercise.import_module()
@@ -561,10 +558,9 @@ def say_phase(name: str) -> None:
 def load_session() -> Models:
     """Import torch and matplotlib and load every session model, before any learner file runs
     (:meth:`Models.preload`: a model that does not load raises :class:`MachineFault`)."""
-    import torch
+    from kata.session_models import threads_before_forking
 
-    if os.environ.get("KATA_TORCH_THREADS"):
-        torch.set_num_threads(int(os.environ["KATA_TORCH_THREADS"]))
+    threads_before_forking()
     import matplotlib
 
     matplotlib.use("Agg")

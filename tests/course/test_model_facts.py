@@ -12,7 +12,7 @@ from course.shared.support import (
     scaled_block_log_probs,
 )
 
-pytestmark = [pytest.mark.maintainer, pytest.mark.trained]
+pytestmark = pytest.mark.trained
 
 
 def ids_of(tokenizer, text):
