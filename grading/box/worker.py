@@ -164,7 +164,8 @@ def _no_dumping() -> None:
 
 
 def _fork(run, close_fds: tuple[int, ...]) -> int:
-    """Fork a child that closes ``close_fds`` and runs ``run()``, then ends without cleanup."""
+    """Fork a child that closes ``close_fds`` and runs ``run()``, then ends without cleanup; it
+    dies with this worker (a grader killed outright leaves no exercise's child behind)."""
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -172,6 +173,7 @@ def _fork(run, close_fds: tuple[int, ...]) -> int:
         return pid
     code = 1
     try:
+        _die_with_parent()
         for fd in close_fds:
             try:
                 os.close(fd)

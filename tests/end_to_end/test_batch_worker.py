@@ -242,3 +242,64 @@ def test_only_stubs_handed_in_untouched_twice_are_run_once_for_all():
                  {}]
     assert worth_a_run(stubs, handed_in) == {"ex1_a": b"stub a"}
     assert worth_a_run(stubs, handed_in[:1]) == {}  # one submission (Gradescope): no stub run
+
+
+def _processes_naming(path: Path, also: str = "") -> list[int]:
+    """The processes whose command line names ``path`` (this test's own excepted), and ``also``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if str(path).encode() in command and also.encode() in command:
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_grader_killed_outright_leaves_no_process_behind(toy, tmp_path):
+    """Every process of a batch dies with the grader, also when the grader itself is killed
+    outright (a CI limit, the out-of-memory killer): an exercise's child busy in a long test
+    was left running, orphaned, after its worker and the grader were gone."""
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    kata = tmp_path / "kata"
+    shutil.copytree(toy, kata)
+    first = EXERCISES[0]
+    tests = kata / first.folder / "test_public.py"
+    tests.write_text("import time\n\n\ndef test_a_long_reference():\n    time.sleep(600)\n\n\n"
+                     + tests.read_text())
+    submission = synthetic.make_submission(kata, tmp_path / "sub", {}, EXERCISES, "exercises")
+    own_tmp = tmp_path / "grader-tmp"
+    own_tmp.mkdir()
+    grader = subprocess.Popen(
+        [sys.executable, "grader.py", "batch", str(submission), "--timeout", "600", "--lanes", "1"],
+        cwd=kata, env=dict(os.environ, TMPDIR=str(own_tmp)),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        started = time.monotonic()
+        # the batch's worker, the submission's worker forked from it and the exercise's child
+        while len(_processes_naming(own_tmp, "grading.box.worker")) < 3:
+            assert grader.poll() is None, "the batch ended before its first exercise ran"
+            assert time.monotonic() - started < 120, "no exercise's child started in 120 s"
+            time.sleep(0.2)
+        time.sleep(1)
+        grader.send_signal(signal.SIGKILL)
+        grader.wait()
+        waited = time.monotonic()
+        while _processes_naming(own_tmp) and time.monotonic() - waited < 20:
+            time.sleep(0.2)
+        assert not _processes_naming(own_tmp), "processes of the batch outlived its grader"
+    finally:
+        grader.kill()
+        for pid in _processes_naming(own_tmp):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
