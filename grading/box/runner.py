@@ -53,6 +53,10 @@ EXIT_GRACE_SECONDS = 10.0
 WORKER_GRACE_SECONDS = 30.0
 #: torch threads per test process unless KATA_TORCH_THREADS says otherwise.
 DEFAULT_THREADS = 1
+#: The command line's defaults (``--timeout``, ``--memory-limit`` of ``batch``): the wall-clock
+#: seconds of one exercise's tests, and the MiB of address space of each test process.
+DEFAULT_TIMEOUT = 120.0
+DEFAULT_BATCH_MEMORY_MB = 4096
 
 # The child sets its own memory limit and then becomes pytest (exec), so the limit is in place
 # before any code under test runs. (subprocess's preexec_fn would do the same but is unsafe when

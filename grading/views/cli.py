@@ -35,11 +35,10 @@ from grading.views.check import DEFAULT_TIMEOUT as CHECK_TIMEOUT
 from grading.views.classroom import CHECK_TIMEOUT_SECONDS as STEP_TIMEOUT
 from grading.views.gradescope import MEMORY_LIMIT_MB as GRADESCOPE_MEMORY_MB
 from grading.views.gradescope import TIMEOUT as GRADESCOPE_TIMEOUT
+from grading.box.runner import DEFAULT_BATCH_MEMORY_MB, DEFAULT_TIMEOUT
 from grading.box.submissions import GradingOptions, grade_batch, grade_in_place, prepare_shared_model_cache
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_TIMEOUT = 120.0
-DEFAULT_BATCH_MEMORY_MB = 4096
 
 #: Who types which command, in the order ``grader.py --help`` lists them.
 GROUPS = {

@@ -160,7 +160,7 @@ def limits_table(exercises) -> str:
     from grading.core.faults import CALL_SECONDS
     from grading.views.check import DEFAULT_TIMEOUT as CHECK_TIMEOUT
     from grading.views.classroom import CHECK_TIMEOUT_SECONDS, STEP_TIMEOUT_MINUTES
-    from grading.views.cli import DEFAULT_BATCH_MEMORY_MB, DEFAULT_TIMEOUT
+    from grading.box.runner import DEFAULT_BATCH_MEMORY_MB, DEFAULT_TIMEOUT
     from grading.views.gradescope import MEMORY_LIMIT_MB, TIMEOUT
     from kata.serve import GENERATIONS
 
