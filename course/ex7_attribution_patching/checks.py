@@ -22,12 +22,7 @@ import kata  # noqa: E402
 from course.shared.diagnosis import Diagnosis, diagnose  # noqa: E402
 from course.shared.inputs import patching_prompts  # noqa: E402
 from course.shared.library_errors import LIBRARY_ERRORS, Sizes, explained, learner_run  # noqa: E402
-from course.shared.maps import (  # noqa: E402
-    correlation_shape,
-    count_shape,
-    map_diagnosis,
-    worst_cells_diagnosis,
-)
+from course.shared.maps import Shape, as_map, map_diagnosis, varies  # noqa: E402
 from course.shared.reference import (  # noqa: E402
     attribution_reference,
     logit_difference_of,
@@ -466,3 +461,112 @@ def check_estimate_figure(ex, fig, exact, estimate, tokens, k, figures, where=""
             f"label the {k} worst cells as 'L<block> <token>': expected {label!r} among "
             f"{texts}" + where))
     return ax
+
+
+# --------------------------------------------------------------------------- wrong comparisons
+# compare_estimates' results have shapes of their own: the pattern of a wrong list of worst
+# cells (worst_cells_diagnosis), the likely cause of a wrong correlation or count.
+
+
+def worst_cells(score: torch.Tensor, k: int, largest: bool = True) -> list[tuple[int, int]]:
+    """The ``k`` cells ``(block, position)`` of an ``(n_blocks, T)`` score with the largest (or
+    smallest) values, in that order (ties in row-major order)."""
+    n_tokens = score.shape[1]
+    flat = score.flatten()
+    sign = -1.0 if largest else 1.0
+    order = sorted(range(flat.numel()), key=lambda i: (sign * float(flat[i]), i))
+    return [divmod(i, n_tokens) for i in order[:k]]
+
+
+def worst_cells_shape(got: list[tuple[int, int]], exact, estimate, k: int) -> Shape | None:
+    """The pattern of a wrong list of worst cells ``got`` (``(block, position)`` pairs), from the
+    two maps ``(n_blocks, T)``; None when it matches none."""
+    exact, estimate = as_map(exact), as_map(estimate)
+    n_blocks, n_tokens = exact.shape
+    error = (estimate - exact).abs()
+    right = worst_cells(error, k)
+    got = [tuple(int(v) for v in cell) for cell in got]
+    if got == right:
+        return None
+    flat_order = [b * n_tokens + p for b, p in right]
+    if got == [(p, b) for b, p in right]:
+        return Shape("worst-axes-swapped", "your worst cells are (position, block) pairs: "
+                     "each is (block, position), the block first")
+    if got == [divmod(i, n_blocks) for i in flat_order]:
+        return Shape("worst-index-arithmetic", f"your worst cells are their flat indices taken "
+                     f"apart with rows of {n_blocks} cells (the number of blocks), not "
+                     f"{n_tokens} (the number of positions)")
+    if got == [(i % n_blocks, i // n_blocks) for i in flat_order] or \
+            got == [(i % n_tokens, i // n_tokens) for i in flat_order]:
+        return Shape("worst-axes-swapped", "your worst cells take a flat index apart the other "
+                     "way round: (block, position) with the block first")
+    if got == list(reversed(right)):
+        return Shape("worst-order-reversed", "your worst cells are the right ones, in the "
+                     "opposite order: the cell with the largest error comes first")
+    if got == worst_cells(error, k, largest=False):
+        return Shape("worst-order-reversed", "your worst cells are the best ones, the cells "
+                     "with the smallest errors: the worst have the largest |estimate - exact|")
+    for score, what in ((estimate - exact, "estimate - exact, with its sign"),
+                        (exact - estimate, "exact - estimate, with its sign")):
+        if got == worst_cells(score, k) and varies(score, error, 1e-9):
+            return Shape("worst-signed-error", f"your worst cells are ranked by {what}: an "
+                         "estimate far on the other side of the exact value never comes first; "
+                         "the error is the absolute difference")
+    for score, what in ((estimate.abs(), "|estimate|"), (exact.abs(), "|exact|"),
+                        ((estimate.abs() - exact.abs()).abs(), "||estimate| - |exact||")):
+        if got == worst_cells(score, k):
+            return Shape("worst-signed-error", f"your worst cells are ranked by {what}, not by "
+                         "the error |estimate - exact|")
+    if len(got) != k and got == worst_cells(error, len(got)):
+        return Shape("worst-count", f"your list has the {len(got)} worst cells, in the right "
+                     f"order, where k = {k} were asked for")
+    return None
+
+
+#: The diagnosis id of each pattern of the worst cells.
+WORST_IDS = {
+    "worst-axes-swapped": "compare-worst-axes-swapped",
+    "worst-index-arithmetic": "compare-worst-index-arithmetic",
+    "worst-order-reversed": "compare-worst-order-reversed",
+    "worst-signed-error": "compare-worst-signed-error",
+    "worst-count": "compare-worst-count",
+}
+
+
+def worst_cells_diagnosis(got, exact, estimate, k: int, name: str,
+                          where: str = "") -> tuple[str, str] | None:
+    """``(diagnosis id, sentence)`` for a recognised wrong list of worst cells, else None."""
+    shape = worst_cells_shape(got, exact, estimate, k)
+    if shape is None:
+        return None
+    place = f" {where}" if where else ""
+    return WORST_IDS[shape.pattern], f"{name}{place}: {shape.said}"
+
+
+def correlation_shape(got: float, exact, estimate) -> str:
+    """What a wrong correlation ``got`` is, in words (`` (that is r squared)``), or ""."""
+    x, y = as_map(exact).flatten(), as_map(estimate).flatten()
+    dx, dy = x - x.mean(), y - y.mean()
+    r = float((dx * dy).sum() / (dx.norm() * dy.norm()))
+    candidates = [
+        (r * r, "r squared: Pearson's r itself keeps its sign"),
+        (-r, "minus r: the sign is flipped"),
+        (float((dx * dy).mean()), "the covariance: r divides it by both standard deviations"),
+        (float((dx * dy).sum() / (len(x) - 1)), "the covariance: r divides it by both standard "
+                                                "deviations"),
+        (float((x * y).sum() / (x.norm() * y.norm())), "the cosine similarity of the two maps: "
+                                                       "r subtracts each map's mean first"),
+    ]
+    for value, what in candidates:
+        if abs(got - value) < 1e-6 and abs(value - r) > 1e-6:
+            return f" (that is {what})"
+    return ""
+
+
+def count_shape(got: int, candidates: list[tuple[int, str]], right: int) -> str:
+    """What a wrong count ``got`` is, in words, from the ``(count, what it counts)`` candidates
+    the test computed, or "" (a candidate equal to the right count says nothing)."""
+    for value, what in candidates:
+        if got == value and value != right:
+            return f" (that is {what})"
+    return ""

@@ -7,9 +7,8 @@ every row equal, its sign flipped, its scale off, its axes swapped, one row or o
 wrong. :func:`map_diagnosis` tries each shape in turn (:data:`SHAPES`) and returns a diagnosis
 id and a sentence, or None when no shape matches (the test then gives its generic message).
 
-Exercise 7's comparison results (``compare_estimates``) have shapes of their own:
-:func:`worst_cells_diagnosis` names the pattern of a wrong list of worst cells,
-:func:`correlation_shape` and :func:`count_shape` the likely cause of a wrong number.
+Exercise 7's comparison results (``compare_estimates``) have shapes of their own, named in its
+checks (``course/ex7_attribution_patching/checks.py``).
 
 Everything here compares values the test holds: the map your function returned, the expected
 map the test computed itself, and wrong maps the test computed with its own hooks (such as the
@@ -504,110 +503,3 @@ def map_diagnosis(got, expected, name: str, prefix: str, where: str = "", late=N
     cause = (causes or {}).get(shape.pattern) or shape.cause or CAUSES[shape.pattern]
     place = f" {where}" if where else ""
     return diagnosis, f"{name}{place}: {shape.said}. The likely cause: {cause}"
-
-
-# ----------------------------------------------------------------------------- compare_estimates
-
-
-def worst_cells(score: torch.Tensor, k: int, largest: bool = True) -> list[tuple[int, int]]:
-    """The ``k`` cells ``(block, position)`` of an ``(n_blocks, T)`` score with the largest (or
-    smallest) values, in that order (ties in row-major order)."""
-    n_tokens = score.shape[1]
-    flat = score.flatten()
-    sign = -1.0 if largest else 1.0
-    order = sorted(range(flat.numel()), key=lambda i: (sign * float(flat[i]), i))
-    return [divmod(i, n_tokens) for i in order[:k]]
-
-
-def worst_cells_shape(got: list[tuple[int, int]], exact, estimate, k: int) -> Shape | None:
-    """The pattern of a wrong list of worst cells ``got`` (``(block, position)`` pairs), from the
-    two maps ``(n_blocks, T)``; None when it matches none."""
-    exact, estimate = as_map(exact), as_map(estimate)
-    n_blocks, n_tokens = exact.shape
-    error = (estimate - exact).abs()
-    right = worst_cells(error, k)
-    got = [tuple(int(v) for v in cell) for cell in got]
-    if got == right:
-        return None
-    flat_order = [b * n_tokens + p for b, p in right]
-    if got == [(p, b) for b, p in right]:
-        return Shape("worst-axes-swapped", "your worst cells are (position, block) pairs: "
-                     "each is (block, position), the block first")
-    if got == [divmod(i, n_blocks) for i in flat_order]:
-        return Shape("worst-index-arithmetic", f"your worst cells are their flat indices taken "
-                     f"apart with rows of {n_blocks} cells (the number of blocks), not "
-                     f"{n_tokens} (the number of positions)")
-    if got == [(i % n_blocks, i // n_blocks) for i in flat_order] or \
-            got == [(i % n_tokens, i // n_tokens) for i in flat_order]:
-        return Shape("worst-axes-swapped", "your worst cells take a flat index apart the other "
-                     "way round: (block, position) with the block first")
-    if got == list(reversed(right)):
-        return Shape("worst-order-reversed", "your worst cells are the right ones, in the "
-                     "opposite order: the cell with the largest error comes first")
-    if got == worst_cells(error, k, largest=False):
-        return Shape("worst-order-reversed", "your worst cells are the best ones, the cells "
-                     "with the smallest errors: the worst have the largest |estimate - exact|")
-    for score, what in ((estimate - exact, "estimate - exact, with its sign"),
-                        (exact - estimate, "exact - estimate, with its sign")):
-        if got == worst_cells(score, k) and varies(score, error, 1e-9):
-            return Shape("worst-signed-error", f"your worst cells are ranked by {what}: an "
-                         "estimate far on the other side of the exact value never comes first; "
-                         "the error is the absolute difference")
-    for score, what in ((estimate.abs(), "|estimate|"), (exact.abs(), "|exact|"),
-                        ((estimate.abs() - exact.abs()).abs(), "||estimate| - |exact||")):
-        if got == worst_cells(score, k):
-            return Shape("worst-signed-error", f"your worst cells are ranked by {what}, not by "
-                         "the error |estimate - exact|")
-    if len(got) != k and got == worst_cells(error, len(got)):
-        return Shape("worst-count", f"your list has the {len(got)} worst cells, in the right "
-                     f"order, where k = {k} were asked for")
-    return None
-
-
-#: The diagnosis id of each pattern of the worst cells.
-WORST_IDS = {
-    "worst-axes-swapped": "compare-worst-axes-swapped",
-    "worst-index-arithmetic": "compare-worst-index-arithmetic",
-    "worst-order-reversed": "compare-worst-order-reversed",
-    "worst-signed-error": "compare-worst-signed-error",
-    "worst-count": "compare-worst-count",
-}
-
-
-def worst_cells_diagnosis(got, exact, estimate, k: int, name: str,
-                          where: str = "") -> tuple[str, str] | None:
-    """``(diagnosis id, sentence)`` for a recognised wrong list of worst cells, else None."""
-    shape = worst_cells_shape(got, exact, estimate, k)
-    if shape is None:
-        return None
-    place = f" {where}" if where else ""
-    return WORST_IDS[shape.pattern], f"{name}{place}: {shape.said}"
-
-
-def correlation_shape(got: float, exact, estimate) -> str:
-    """What a wrong correlation ``got`` is, in words (`` (that is r squared)``), or ""."""
-    x, y = as_map(exact).flatten(), as_map(estimate).flatten()
-    dx, dy = x - x.mean(), y - y.mean()
-    r = float((dx * dy).sum() / (dx.norm() * dy.norm()))
-    candidates = [
-        (r * r, "r squared: Pearson's r itself keeps its sign"),
-        (-r, "minus r: the sign is flipped"),
-        (float((dx * dy).mean()), "the covariance: r divides it by both standard deviations"),
-        (float((dx * dy).sum() / (len(x) - 1)), "the covariance: r divides it by both standard "
-                                                "deviations"),
-        (float((x * y).sum() / (x.norm() * y.norm())), "the cosine similarity of the two maps: "
-                                                       "r subtracts each map's mean first"),
-    ]
-    for value, what in candidates:
-        if abs(got - value) < 1e-6 and abs(value - r) > 1e-6:
-            return f" (that is {what})"
-    return ""
-
-
-def count_shape(got: int, candidates: list[tuple[int, str]], right: int) -> str:
-    """What a wrong count ``got`` is, in words, from the ``(count, what it counts)`` candidates
-    the test computed, or "" (a candidate equal to the right count says nothing)."""
-    for value, what in candidates:
-        if got == value and value != right:
-            return f" (that is {what})"
-    return ""

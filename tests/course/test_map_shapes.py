@@ -3,7 +3,8 @@
 Each shape is built from a reference map and must be named by its pattern; a right map (up to
 float noise), random maps and near misses must match none, so that the generic message is kept
 for what no shape explains. Exercise 7's comparison results (the worst cells, a wrong
-correlation or count) are checked the same way.
+correlation or count; in its checks, ``course/ex7_attribution_patching/checks.py``) are checked
+the same way.
 """
 
 from __future__ import annotations
@@ -12,17 +13,15 @@ import numpy as np
 import pytest
 import torch
 
-from course.shared.maps import (
-    CAUSES,
+from course.ex7_attribution_patching.checks import (
     WORST_IDS,
     correlation_shape,
     count_shape,
-    map_diagnosis,
-    map_shape,
     worst_cells,
     worst_cells_diagnosis,
     worst_cells_shape,
 )
+from course.shared.maps import CAUSES, map_diagnosis, map_shape
 
 
 N_BLOCKS, N_TOKENS = 5, 6
