@@ -26,13 +26,6 @@ from typing import Any
 import torch
 
 
-def transformers_version() -> tuple[int, int]:
-    """``(major, minor)`` of the installed transformers."""
-    import transformers
-
-    major, minor = transformers.__version__.split(".")[:2]
-    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
-
 
 def block_hidden(output: Any) -> torch.Tensor:
     """The hidden-state tensor of a block's output, whether the block returned a tuple or a tensor.

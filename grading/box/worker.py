@@ -506,14 +506,5 @@ def _serve_main(argv: list[str]) -> int:
     return serve(args.serve, [item.split("=", 1)[1] for item in args.tests], args.record)
 
 
-def _fd_of(path: str | None) -> int | None:
-    """``/dev/fd/N`` -> N; a real path is opened for appending."""
-    if path is None:
-        return None
-    if path.startswith("/dev/fd/"):
-        return int(path[len("/dev/fd/"):])
-    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-
-
 if __name__ == "__main__":
     sys.exit(_serve_main(sys.argv[1:]) if "--serve" in sys.argv[1:2] else main())

@@ -91,9 +91,6 @@ CONVERT_STEP = "Convert SmolLM2 (when no cache was restored)"
 SAVE_STEP = "Save the environment and the model now, before any exercise runs"
 
 
-def setup_command() -> str:
-    return " && ".join(SETUP_COMMANDS)
-
 
 def _environment_prefix() -> str:
     return " ".join(f"{k}={v}" for k, v in COMMAND_ENVIRONMENT.items())
