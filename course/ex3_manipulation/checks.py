@@ -238,13 +238,15 @@ def check_log_distribution(log_probs, logits: torch.Tensor) -> None:
 def check_log_probs(log_probs, logits: torch.Tensor, name: str, then: str = "") -> None:
     """``log_probs`` must be the log-softmax of the last position of ``logits`` ``(T, vocab)``."""
     log_probs = torch.as_tensor(log_probs).detach().float().cpu()
-    if log_probs.shape == logits[0].shape and logits.shape[0] > 1 and torch.allclose(
-            log_probs, torch.log_softmax(logits[0], dim=-1), atol=1e-4):
+    expected = torch.log_softmax(logits[-1], dim=-1)
+    first = torch.log_softmax(logits[0], dim=-1)
+    if log_probs.shape == first.shape and not torch.allclose(first, expected, atol=1e-4) and \
+            torch.allclose(log_probs, first, atol=1e-4):
         diagnose("first-position-logits", (
             f"{name} used the logits of the first position; the prediction for the next token "
             f"is at the last position{then}"))
     check_log_distribution(log_probs, logits)
-    check_close(log_probs, torch.log_softmax(logits[-1], dim=-1), name,
+    check_close(log_probs, expected, name,
                 "expected the log-softmax of the last position's logits, over the vocabulary"
                 + then, atol=1e-4, diagnosis="log-probs-wrong")
 
