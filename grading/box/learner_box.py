@@ -25,6 +25,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kata.serve import close_all
+
 #: The learner kit: the one folder of the kata the learner's side gets, whole.
 LEARNER_KIT = "kata"
 #: Where the channels of the exercises sit inside the sandbox: 10 and 11, 12 and 13, ...
@@ -102,18 +104,10 @@ class Channels:
         return tuple(fd for pairs in self.learner.values() for pair in pairs for fd in pair)
 
     def close_trusted(self) -> None:
-        _close_all(self.trusted_fds)
+        close_all(self.trusted_fds)
 
     def close_learner(self) -> None:
-        _close_all(self.learner_fds)
-
-
-def _close_all(fds) -> None:
-    for fd in fds:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
+        close_all(self.learner_fds)
 
 
 class LearnerServer:
@@ -247,7 +241,7 @@ class LearnerBox:
             placeholder = subprocess.Popen(command, cwd=self.folder, stdin=subprocess.DEVNULL,
                                            stdout=ready_write, stderr=err_write,
                                            start_new_session=True, pass_fds=(info_write,))
-            _close_all((info_write, ready_write))
+            close_all((info_write, ready_write))
             info_write = ready_write = -1
             first = _sandbox_pid(info_read, PLACEHOLDER_SECONDS)
             if first is not None and _read_until(ready_read, b"ready\n", PLACEHOLDER_SECONDS) \
@@ -261,7 +255,7 @@ class LearnerBox:
         except OSError:
             pass
         finally:
-            _close_all(fd for fd in (info_read, info_write, ready_read, ready_write, err_write)
+            close_all(fd for fd in (info_read, info_write, ready_read, ready_write, err_write)
                        if fd >= 0)
         if placeholder is not None:  # started, but no server came into it: start one cold
             from grading.box.runner import kill_group
@@ -432,7 +426,7 @@ class LearnerZygote:
         finally:
             theirs.close()
             ours.close()
-            _close_all(opened)
+            close_all(opened)
         if said != b"ok":
             with self._lock:
                 self._state = "broken"

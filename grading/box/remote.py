@@ -51,7 +51,7 @@ from torch import nn
 from grading.core.faults import (CALL_SECONDS_VARIABLE, MEMORY_LIMIT_VARIABLE, Ended, LearnerFault,
                                  kind_of)
 from kata.hooks import added_hooks, without_hooks
-from kata.serve import Pairs, parse_pairs
+from kata.serve import Pairs, close_all, parse_pairs
 from kata.serve.channel import Peer
 from kata.serve.codec import ChannelClosed, Codec, FrameError, read_frame, write_frame
 
@@ -182,22 +182,6 @@ def _session_models() -> dict:
     return LOADED
 
 
-class _Index:
-    """Where each module of the session models sits: ``id(module) -> (model name, path)``."""
-
-    def __init__(self):
-        self.modules: dict[int, tuple[str, str]] = {}
-        self.tokenizers: dict[int, str] = {}
-        self.indexed: set[str] = set()
-
-    def refresh(self) -> None:
-        for name, (model, tokenizer, _) in _session_models().items():
-            if name not in self.indexed:
-                self.indexed.add(name)
-                self.modules.update({id(m): (name, p) for p, m in model.named_modules()})
-                self.tokenizers[id(tokenizer)] = name
-
-
 def _placeholder_pre(module, args):
     return None
 
@@ -236,7 +220,9 @@ class RemoteSession:
         #: maintainers' fork mode: a function that forks the next learner process and gives
         #: ``(read_fd, write_fd, pid, Ended)``; None: the sandbox's server starts it
         self.respawn = respawn
-        self.index = _Index()
+        from kata.serve.server import Models
+
+        self.index = Models()  # where each module of the session models sits
         self.broken: str | None = None
         self.exit_when_gone = exit_when_gone  # a test child exits; a maintainer's run raises
         self.pid = pid  # the learner's process, when this process forked it
@@ -386,11 +372,7 @@ class RemoteSession:
             pass
         self.peer.close()
         for pair in self.spares:  # the server then knows no next generation is wanted
-            for fd in pair:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+            close_all(pair)
         self.spares = []
         if self.pid is not None:
             try:
@@ -516,10 +498,10 @@ class TrustedCodec(Codec):
 
     def encode_object(self, value, depth: int):
         session = self.session
-        session.index.refresh()
+        session.index.adopt(_session_models())
         if isinstance(value, nn.Module):
             self.table.append(value)
-            where = session.index.modules.get(id(value))
+            where = session.index.where(value)
             if where is not None:
                 model, _, clean = _session_models()[where[0]]
                 self.roots[("s", where[0])] = (model, clean)
@@ -532,8 +514,8 @@ class TrustedCodec(Codec):
             oid = id(value)
             session.values[oid] = value
             return self._send_value(oid, value)
-        if id(value) in session.index.tokenizers:
-            return {"$obj": "tokenizer", "root": session.index.tokenizers[id(value)]}
+        if session.index.tokenizer_name(value) is not None:
+            return {"$obj": "tokenizer", "root": session.index.tokenizer_name(value)}
         if isinstance(value, RemoteCallable):
             return {"$obj": "callable_ref", "cid": value.cid}
         if type(value).__name__.endswith(("Tokenizer", "TokenizerFast")):  # not a session's

@@ -45,6 +45,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from kata.serve import close_all, no_core_dumps
+
 #: the child's exit status when its pytest session returned normally: NORMAL_EXIT + pytest's code
 NORMAL_EXIT = 100
 #: fixtures of the kata's plugin that load a session model, and the model each loads (None:
@@ -153,16 +155,6 @@ def warm_up(test_files: list[str]) -> None:
             pass
 
 
-def _no_dumping() -> None:
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
-    except Exception:  # noqa: BLE001 - not Linux: nothing to protect this way
-        pass
-
-
 def _fork(run, close_fds: tuple[int, ...]) -> int:
     """Fork a child that closes ``close_fds`` and runs ``run()``, then ends without cleanup; it
     dies with this worker (a grader killed outright leaves no exercise's child behind)."""
@@ -174,11 +166,7 @@ def _fork(run, close_fds: tuple[int, ...]) -> int:
     code = 1
     try:
         _die_with_parent()
-        for fd in close_fds:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        close_all(close_fds)
         code = run()
     except BaseException:  # noqa: BLE001 - whatever the child did, it ends here
         import traceback
@@ -319,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     remote = dict(item.split("=", 1) for item in args.remote)
     channel_fds = {int(fd) for spec in remote.values() for fd in spec.replace(";", ",").split(",")}
     warm_up([path for _, path in tests])
-    _no_dumping()
+    no_core_dumps()
     record = open(args.record, "a", encoding="utf-8")
 
     def note(event: str, **fields) -> None:
@@ -458,7 +446,7 @@ def serve(channel_fd: int, test_files: list[str], record: str | None = None) -> 
     started = time.time()
     _die_with_parent()
     warm_up(test_files)
-    _no_dumping()
+    no_core_dumps()
     own = resource.getrusage(resource.RUSAGE_SELF)
     warm = {"seconds": round(time.time() - started, 2), "cpu": round(own.ru_utime + own.ru_stime, 2)}
     if record:

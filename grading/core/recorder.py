@@ -43,6 +43,7 @@ from grading.core.declarations import exercise_for_test_file
 
 from grading.core.faults import CRASHED, EXITED, OUT_OF_MEMORY, TIMED_OUT, LearnerFault, sentence
 from grading.core.records import ENVIRONMENT_FAULT, CollectedTest, Outcome, TestRecord
+from kata.errors import exception_chain
 
 #: The outcome of a test whose call ended the learner's process, by the kind of end.
 _FAULT_OUTCOMES = {TIMED_OUT: Outcome.TIMED_OUT, CRASHED: Outcome.CRASHED,
@@ -67,15 +68,6 @@ def pytest_configure(config):
 
 
 # --------------------------------------------------------------------------- messages
-
-
-def _exception_chain(error: BaseException):
-    """``error``, then what it was raised from or while handling, without looping."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        yield error
-        error = error.__cause__ or error.__context__
 
 
 def _every_exception(error: BaseException):
@@ -120,7 +112,7 @@ class _Describer:
 
     def where(self, error: BaseException) -> str:
         """The deepest line of the code under test that the exception passed through."""
-        for exc in _exception_chain(error):
+        for exc in exception_chain(error):
             frames = [(code, line) for code, line in _frames(exc)
                       if self.in_code_under_test(code.co_filename)]
             if frames:
@@ -145,7 +137,7 @@ class _Describer:
 
     def facts(self, error: BaseException) -> dict:
         """The :class:`TestRecord` fields that describe ``error``."""
-        chain = list(_exception_chain(error))
+        chain = list(exception_chain(error))
         fault = next((e for e in chain if isinstance(e, LearnerFault)), None)
         if fault is not None:  # the call ended the learner's process: the grader's own words
             return {"message": str(fault), "where": "", "stub": False, "import_error": False,

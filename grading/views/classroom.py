@@ -50,7 +50,6 @@ import base64
 import hashlib
 import json
 import shutil
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 

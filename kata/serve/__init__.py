@@ -9,12 +9,34 @@ back. Nothing here knows an answer: the tests and references stay on the trusted
 
 from __future__ import annotations
 
+import os
+
 Pairs = list[tuple[int, int]]
 #: How many learner processes an exercise may use in all: the first, and the ones that take over
 #: after a call ended one (:mod:`kata.serve.channel`). A function that ended one is not called
 #: again, so one more than an exercise's functions is always enough. Here, with the channels'
 #: text form, so the grader's own process reads them without importing torch.
 GENERATIONS = 8
+
+
+def close_all(fds) -> None:
+    """Close each descriptor of ``fds`` that is still open."""
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def no_core_dumps() -> None:
+    """Make this process undumpable: no core file, and no ptrace or /proc/PID/mem of it by a
+    process of the same user (Linux; elsewhere nothing)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except Exception:  # noqa: BLE001 - not Linux: nothing to protect this way
+        pass
 
 
 def format_pairs(pairs: Pairs) -> str:

@@ -19,11 +19,11 @@ channel how the one before ended (``{"op": "ended", ...}``). As text, an exercis
 
 from __future__ import annotations
 
-import os
 import select
 import time
 from typing import Callable
 
+from kata.serve import close_all
 from kata.serve.codec import LIMITS, Blob, ChannelClosed, FrameError, Limits, read_frame, write_frame
 
 Handler = Callable[[dict, list], tuple[dict, list]]
@@ -84,8 +84,4 @@ class Peer:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            for fd in (self.read_fd, self.write_fd):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+            close_all((self.read_fd, self.write_fd))

@@ -59,7 +59,7 @@ import types
 from pathlib import Path
 
 from kata.models import SMOLLM2_FIRST_BLOCKS
-from kata.serve import Pairs, parse_pairs
+from kata.serve import Pairs, no_core_dumps, parse_pairs
 from kata.serve.channel import Peer
 from kata.serve.codec import Codec, FrameError, _blob_of, write_frame
 
@@ -96,23 +96,20 @@ class Models:
         if name in self.loaded:
             return
         try:
-            self._load(name)
+            from kata.session_models import load_warm
+
+            self.adopt({name: load_warm(name)})
         except Exception as error:  # noqa: BLE001 - a broken cache or device
             raise MachineFault(f"loading the model {name} in the grader's sandbox failed: "
                                f"{type(error).__name__}: {error}"[:500]) from error
 
-    def _load(self, name: str) -> None:
-        from kata.session_models import load_warm
-
-        model, tokenizer, clean = load_warm(name)
-        self.loaded[name] = (model, tokenizer, clean)
-        self._index.update({id(m): (name, path) for path, m in model.named_modules()})
-        self._tokenizers[id(tokenizer)] = name
-
     def adopt(self, loaded: dict) -> None:
         """Models this process already holds, as ``{name: (model, tokenizer, clean snapshot)}``
-        (a learner process forked from the trusted one, in the maintainers' checks)."""
+        (one just loaded; on the trusted side, the session models, to know their modules); a
+        name already adopted stays as it is."""
         for name, (model, tokenizer, clean) in loaded.items():
+            if name in self.loaded:
+                continue
             self.loaded[name] = (model, tokenizer, clean)
             self._index.update({id(m): (name, path) for path, m in model.named_modules()})
             self._tokenizers[id(tokenizer)] = name
@@ -515,15 +512,6 @@ def _figure_of(value):
 # --------------------------------------------------------------------------- the process
 
 
-def _no_dumping() -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
-    except Exception:  # noqa: BLE001 - not Linux
-        pass
-
-
 def _cap_cpu(seconds: int) -> None:
     if seconds > 0:
         resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 5))
@@ -685,7 +673,7 @@ def serve(models: Models, root: Path, channels: list[tuple[str, str, Pairs]],
     file and answers on its channel), start the next one on the next channel when the trusted
     side asks there, and say how each ended. ``channels``: :func:`parse_channel`'s."""
     sys.path.insert(0, str(root))
-    _no_dumping()
+    no_core_dumps()
     sys.stderr.write("kata-learner-ready\n")  # grading.box.runner.LEARNER_READY
     sys.stderr.flush()
     lineages = [Lineage(*channel) for channel in channels]
