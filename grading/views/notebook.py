@@ -25,12 +25,10 @@ The notebooks' sources are each exercise's ``notebook.py`` (jupytext's percent f
 
 from __future__ import annotations
 
-import ast
 import atexit
 import functools
 import html
 import importlib
-import json
 import os
 import re
 import shutil
@@ -378,30 +376,10 @@ def hidden_states_of(model, tokenizer, text: str):
 def _untouched(entry, impl: str) -> bool:
     """Every function of ``entry`` is still an untouched stub (a docstring and
     ``raise NotImplementedError``), read from the source without running it."""
-    try:
-        tree = ast.parse((ROOT / entry.source(impl)).read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, ValueError):
-        return False
-    bodies = {node.name: node.body for node in tree.body if isinstance(node, ast.FunctionDef)}
+    from grading.views.learner import still_stubs
 
-    def stub(body) -> bool:
-        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-            body = body[1:]  # the docstring
-        if len(body) != 1 or not isinstance(body[0], ast.Raise) or body[0].exc is None:
-            return False
-        raised = body[0].exc.func if isinstance(body[0].exc, ast.Call) else body[0].exc
-        return isinstance(raised, ast.Name) and raised.id == "NotImplementedError"
-
-    return bool(entry.functions) and all(stub(bodies.get(f, [])) for f in entry.functions)
-
-
-def _function_under_test(entry, record) -> str | None:
-    if record is None:
-        return None
-    if getattr(record, "function", None):
-        return record.function
-    named = [f for f in entry.functions if f in record.name]
-    return max(named, key=len) if named else None
+    stubs = still_stubs(ROOT / entry.source(impl), entry)
+    return bool(stubs) and stubs == list(entry.functions)
 
 
 def _hint(entry, function: str | None) -> tuple[int, int, str]:
@@ -430,8 +408,12 @@ class CheckResult:
         if self.status.value == "not started":
             self.function = (self.failure.function if self.failure and self.failure.function
                              else entry.functions[0])
+        elif self.failure is not None:
+            from grading.views.learner import function_of
+
+            self.function = self.failure.function or function_of(entry, self.failure.name)
         else:
-            self.function = _function_under_test(entry, self.failure)
+            self.function = None
         self.hint_level, self.hint_levels, self.hint = (
             (0, 0, "") if self.done else _hint(entry, self.function))
 
