@@ -702,12 +702,6 @@ def _diagnoses_table(summary: ClassSummary) -> str:
             f'<th>example message</th></tr>{"".join(rows)}</table>' + note)
 
 
-def _failure_text(result: SubmissionResult) -> tuple[int, int]:
-    failures = sum(len(_real_failures(row)) for row in result.exercises)
-    unfinished = sum(not row.done for row in result.exercises)
-    return failures, unfinished
-
-
 def _learner_rows(results: Sequence[SubmissionResult], exercises: Sequence[Exercise],
                   order: Sequence[int], primary: bool) -> str:
     rows = []
@@ -720,9 +714,9 @@ def _learner_rows(results: Sequence[SubmissionResult], exercises: Sequence[Exerc
             f'data-points="{_n(by_id[e.id].points)}">'
             f"{_status_cell(by_id[e.id].status, short=True)} {_n(by_id[e.id].points)}</td>"
             if e.id in by_id else "<td></td>" for e in exercises)
-        failures, unfinished = _failure_text(result)
-        text = (f"{failures} failing test{'s' if failures != 1 else ''}" if failures
-                else f"{unfinished} not done")
+        failures = sum(len(_real_failures(row)) for row in result.exercises)
+        text = (_plural(failures, "failing test") if failures
+                else f"{sum(not row.done for row in result.exercises)} not done")
         link = f'<a href="#{anchor}">{text}</a>' if _unfinished(result) else "none"
         data = (f'class="learner" data-name="{_e(result.name)}" '
                 f'data-main="{_n(result.main_points)}" data-bonus="{_n(result.bonus_points)}" '
@@ -800,22 +794,17 @@ def _learner_sections(results: Sequence[SubmissionResult]) -> str:
                              f"<td>{_e(test.name)}<br><span class=\"muted\">"
                              f"{_e(test.outcome.value)}</span></td><td>{diagnosis}</td>"
                              f"<td><pre>{_e(_short(test.message))}</pre></td></tr>")
-            if stubs:  # one line for all the tests that reached an untouched stub
-                functions = list(dict.fromkeys(t.function or "?" for t in stubs))
-                items.append(f'<tr class="stubs" data-stubs="{len(stubs)}"><td></td>'
-                             f'<td colspan="3">{len(stubs)} test{"s" if len(stubs) != 1 else ""}'
-                             " reached untouched stubs: "
-                             f"{_e(', '.join(f + '()' for f in functions))}</td></tr>")
-            if broken:  # the file does not import: every test says so, once is enough
-                items.append(f'<tr class="not-imported" data-count="{len(broken)}"><td></td>'
-                             f'<td colspan="3">{len(broken)} test'
-                             f'{"s" if len(broken) != 1 else ""} could not import the file '
-                             "(the message above)</td></tr>")
-            if not_run:  # after a crash or a time-out: one line, not one per test
-                items.append(f'<tr class="not-run" data-not-run="{len(not_run)}"><td></td>'
-                             f'<td colspan="3">{len(not_run)} more test'
-                             f'{"s" if len(not_run) != 1 else ""} never ran ({_e(row.status)})'
-                             "</td></tr>")
+            functions = ", ".join(dict.fromkeys(f"{t.function or '?'}()" for t in stubs))
+            # one line for all the tests that reached an untouched stub; for a file that does not
+            # import (every test says so, once is enough); after a crash or a time-out
+            for kind, data, tests, noun, what in (
+                    ("stubs", "stubs", stubs, "test", f" reached untouched stubs: {functions}"),
+                    ("not-imported", "count", broken, "test",
+                     " could not import the file (the message above)"),
+                    ("not-run", "not-run", not_run, "more test", f" never ran ({row.status})")):
+                if tests:
+                    items.append(f'<tr class="{kind}" data-{data}="{len(tests)}"><td></td>'
+                                 f'<td colspan="3">{_plural(len(tests), noun)}{_e(what)}</td></tr>')
         sections.append(f'<section class="learner-failures" id="{anchor}" '
                         f'data-name="{_e(result.name)}"><h3>{_e(result.name)}: '
                         f'{_n(result.main_points)}/{_n(result.max_points)}</h3>'
@@ -836,7 +825,7 @@ def render_class_report(results: Sequence[SubmissionResult], exercises: Sequence
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     progress = (f"{len(results)} of {expected} submissions graded"
                 if expected is not None and expected != len(results)
-                else f"{len(results)} submission{'s' if len(results) != 1 else ''} graded")
+                else f"{_plural(len(results), 'submission')} graded")
     data = sanitize.script_json(summary.to_json())  # no "<", ">" or "&": nothing can close it
     body = [
         f"<h1>{_e(title)}</h1>",
