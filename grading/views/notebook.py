@@ -43,13 +43,6 @@ from types import ModuleType
 from grading.views.commands import grader_command
 
 ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOKS = ROOT / "notebooks"
-SOURCES = NOTEBOOKS / "src"
-SETUP_SOURCE = SOURCES / "_setup.py"
-#: The one line of a source's ``setup``-tagged cell: the build replaces the cell with
-#: :data:`SETUP_SOURCE`'s.
-SETUP_MARKER = "# (set-up: course/shared/notebook_setup.py)"
-SETUP_TAG = "setup"
 
 if str(ROOT) not in sys.path:  # `exercises` and `solutions` are packages of the kata's folder
     sys.path.insert(0, str(ROOT))
