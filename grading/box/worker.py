@@ -45,7 +45,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kata.serve import close_all, no_core_dumps
+from kata.serve import PR_SET_DUMPABLE, PR_SET_PDEATHSIG, close_all, prctl
 
 #: the child's exit status when its pytest session returned normally: NORMAL_EXIT + pytest's code
 NORMAL_EXIT = 100
@@ -165,7 +165,7 @@ def _fork(run, close_fds: tuple[int, ...]) -> int:
         return pid
     code = 1
     try:
-        _die_with_parent()
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # killed when its parent ends
         close_all(close_fds)
         code = run()
     except BaseException:  # noqa: BLE001 - whatever the child did, it ends here
@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     remote = dict(item.split("=", 1) for item in args.remote)
     channel_fds = {int(fd) for spec in remote.values() for fd in spec.replace(";", ",").split(",")}
     warm_up([path for _, path in tests])
-    no_core_dumps()
+    prctl(PR_SET_DUMPABLE, 0)
     record = open(args.record, "a", encoding="utf-8")
 
     def note(event: str, **fields) -> None:
@@ -364,16 +364,6 @@ MAX_REQUEST_FDS = 253  # the kernel's most per message: 8 exercises of 4 channel
 SERVE_POLL_SECONDS = 0.05
 
 
-def _die_with_parent() -> None:
-    """SIGKILL this process when its parent ends (Linux; elsewhere nothing)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001 - not Linux: the grader kills what it started
-        pass
-
-
 def kill_process_group(pid: int) -> None:
     """SIGKILL the process group ``pid`` leads (a submission's worker and its children), if it
     is still there."""
@@ -403,7 +393,7 @@ def _fork_submission(channel: socket.socket, args: WorkerArgs, error_log: int) -
     try:
         os.setpgid(0, 0)
         channel.close()
-        _die_with_parent()
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # killed when its parent ends
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         os.dup2(error_log, 2)
@@ -444,9 +434,9 @@ def serve(channel_fd: int, test_files: list[str], record: str | None = None) -> 
     import resource
 
     started = time.time()
-    _die_with_parent()
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # killed when its parent ends
     warm_up(test_files)
-    no_core_dumps()
+    prctl(PR_SET_DUMPABLE, 0)
     own = resource.getrusage(resource.RUSAGE_SELF)
     warm = {"seconds": round(time.time() - started, 2), "cpu": round(own.ru_utime + own.ru_stime, 2)}
     if record:

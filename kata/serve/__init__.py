@@ -4,7 +4,8 @@
 the learner's functions; :mod:`kata.serve.codec` and :mod:`kata.serve.channel` are the bounded
 frames and values between them; :mod:`kata.serve.figures` turns a figure into what is drawn and
 back. Nothing here knows an answer: the tests and references stay on the trusted side
-(:mod:`grading.box.remote`).
+(:mod:`grading.box.remote`). Both sides' processes close descriptors and set their prctl(2)
+options with the helpers here.
 """
 
 from __future__ import annotations
@@ -28,14 +29,18 @@ def close_all(fds) -> None:
             pass
 
 
-def no_core_dumps() -> None:
-    """Make this process undumpable: no core file, and no ptrace or /proc/PID/mem of it by a
-    process of the same user (Linux; elsewhere nothing)."""
+#: prctl(2)'s options the kata sets: a signal when the parent ends; whether the process is
+#: dumpable (0: no core file, and no ptrace or /proc/PID/mem of it by a process of the same user).
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
+
+
+def prctl(option: int, value: int) -> None:
+    """Set one of this process's prctl(2) options (Linux; elsewhere nothing)."""
     try:
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
-    except Exception:  # noqa: BLE001 - not Linux: nothing to protect this way
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+    except Exception:  # noqa: BLE001 - not Linux: the grader kills what it started itself
         pass
 
 

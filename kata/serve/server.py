@@ -59,7 +59,7 @@ import types
 from pathlib import Path
 
 from kata.models import SMOLLM2_FIRST_BLOCKS
-from kata.serve import Pairs, no_core_dumps, parse_pairs
+from kata.serve import PR_SET_DUMPABLE, Pairs, parse_pairs, prctl
 from kata.serve.channel import Peer
 from kata.serve.codec import Codec, FrameError, _blob_of, write_frame
 
@@ -673,7 +673,7 @@ def serve(models: Models, root: Path, channels: list[tuple[str, str, Pairs]],
     file and answers on its channel), start the next one on the next channel when the trusted
     side asks there, and say how each ended. ``channels``: :func:`parse_channel`'s."""
     sys.path.insert(0, str(root))
-    no_core_dumps()
+    prctl(PR_SET_DUMPABLE, 0)
     sys.stderr.write("kata-learner-ready\n")  # grading.box.runner.LEARNER_READY
     sys.stderr.flush()
     lineages = [Lineage(*channel) for channel in channels]
