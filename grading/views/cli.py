@@ -130,11 +130,6 @@ def _add_exercise_ids(parser):
                         help="grade only these exercises, comma-separated (default: all)")
 
 
-def _add_check_only(parser, what: str):
-    parser.add_argument("--check", action="store_true",
-                        help=f"write nothing; exit 1 naming {what} that would change")
-
-
 def _command_listing(summaries: dict[str, str], columns: int = 100) -> str:
     """The commands by who types them, for ``grader.py --help``."""
     indent = " " * (max(map(len, summaries)) + 4)
@@ -261,9 +256,10 @@ def build_parser() -> Parser:
     _add_call_timeout(run)
 
     # ------------------------------------------------------------------ maintainers
-    _add_check_only(command("generate", "write what is generated from course/: the stubs in "
-                                        "exercises/, the notebooks, the tables in the docs"),
-                    "the files")
+    command("generate", "write what is generated from course/: the stubs in exercises/, the "
+                        "notebooks, the tables in the docs").add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 naming the files that would "
+                                             "change")
     versions = command("requirements", "check that every dependency is within the range "
                                        "pyproject.toml declares")
     versions.add_argument("--floors", action="store_true",
