@@ -19,15 +19,11 @@ def _environ() -> dict:
     return {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
 
 
-def _global_hooks() -> dict[str, set]:
-    return {name: set(table) for name, table in global_hook_tables().items() if table}
-
-
 def process_state() -> dict:
     """What :func:`restore_process_state` puts back."""
     return {"dtype": torch.get_default_dtype(), "threads": torch.get_num_threads(),
             "grad": torch.is_grad_enabled(), "cwd": os.getcwd(), "environ": _environ(),
-            "hooks": _global_hooks()}
+            "hooks": {name: set(table) for name, table in global_hook_tables().items() if table}}
 
 
 def restore_process_state(baseline: dict) -> list[str]:

@@ -512,11 +512,6 @@ def _figure_of(value):
 # --------------------------------------------------------------------------- the process
 
 
-def _cap_cpu(seconds: int) -> None:
-    if seconds > 0:
-        resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 5))
-
-
 def _serve_exercise(models: Models, root: Path, module: str, read_fd: int, write_fd: int,
                     cpu_seconds: int, call_seconds: float) -> int:
     try:
@@ -528,7 +523,8 @@ def _serve_exercise(models: Models, root: Path, module: str, read_fd: int, write
     from kata.session_models import threads_after_forking
 
     threads_after_forking()
-    _cap_cpu(cpu_seconds)
+    if cpu_seconds > 0:
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 5))
     exercise = Exercise(models, module, root, call_seconds=call_seconds)
     exercise.import_module()
     exercise.peer = Peer(read_fd, write_fd, exercise.serve)
