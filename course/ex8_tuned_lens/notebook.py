@@ -163,9 +163,9 @@ show(ex.plot_tuned_lens(logit_ranks, tuned_ranks, logit_row, tuned_row, tokenize
                         position_label='after "...into a gigantic"'))
 expect(
     smollm2="The tuned curve under the logit curve at every trained layer. At the Kafka text's "
-            "last position the logit lens says ',' from L4 to L24; the tuned lens says content "
-            "words that fit 'a gigantic ...' (' of', ' red', ' white', ' man'), though not yet "
-            "' insect'.",
+            "last position the logit lens says punctuation from L4 to L24 (',' but '-' after "
+            "L14); the tuned lens says words (' of', ' valu', ' red', ' white', ' man'), though "
+            "not yet ' insect' (its rank improves from 12,604 to 7,990 after L14, no more).",
 )
 
 # %% [markdown]

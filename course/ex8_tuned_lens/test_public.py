@@ -19,7 +19,6 @@ from course.shared.support import (
     check_message_names,
     check_tensor,
     computed_once,
-    draw_headless,
     expect,
     figures,  # noqa: F401 - a fixture
     raises_clearly,
@@ -101,19 +100,17 @@ def test_collect_holds_out_the_share_asked_for(ex, tiny_gpt2, held_out, n_held):
                     f"last {n_held})")
 
 
-@pytest.mark.parametrize("case", ["one text", "held_out 0", "held_out 1", "a text of one token"])
-def test_collect_rejects_what_cannot_be_split_or_paired(ex, tiny_gpt2, case):
+def test_collect_rejects_what_cannot_be_split_or_paired(ex, tiny_gpt2):
     model, tokenizer = tiny_gpt2
-    texts, held_out, why = {
-        "one text": ([kata.PENGUIN_TEXT], 0.25,
-                     "One text cannot give both a training part and a held-out part."),
-        "held_out 0": (list(TEXTS), 0.0, "held_out is a share strictly between 0 and 1."),
-        "held_out 1": (list(TEXTS), 1.0, "held_out is a share strictly between 0 and 1."),
-        "a text of one token": (["Hello", *TEXTS], 0.25,
-                                "A text of one token has no next token to pair with."),
-    }[case]
-    raises_clearly(ValueError, lambda: ex.collect(model, tokenizer, texts, held_out=held_out),
-                   f"collect with {case}", why, "collect-input-not-checked")
+    for case, texts, held_out, why in (
+            ("one text", [kata.PENGUIN_TEXT], 0.25,
+             "One text cannot give both a training part and a held-out part."),
+            ("held_out 0", list(TEXTS), 0.0, "held_out is a share strictly between 0 and 1."),
+            ("held_out 1", list(TEXTS), 1.0, "held_out is a share strictly between 0 and 1."),
+            ("a text of one token", ["Hello", *TEXTS], 0.25,
+             "A text of one token has no next token to pair with.")):
+        raises_clearly(ValueError, lambda: ex.collect(model, tokenizer, texts, held_out=held_out),
+                       f"collect with {case}", why, "collect-input-not-checked")
 
 
 # ----------------------------------------------------------------------------- translators
@@ -392,20 +389,17 @@ def test_train_takes_every_translated_layer_by_default(ex, small):
            f"train_tuned_lens with the default layers should train all {n} translators")
 
 
-@pytest.mark.parametrize("case", ["no layers", "no tokens", "other layers on resume"])
-def test_train_rejects_what_it_cannot_run(ex, small, case):
+def test_train_rejects_what_it_cannot_run(ex, small):
     model = small_model()
     fresh, data = small["fresh"], small["data"]
-    started = {**copied(fresh), "layers": [0], "steps_done": 1, "losses": [1.0],
-               "optimizer": None} if case == "other layers on resume" else None
-    given, options, why = {
-        "no layers": (fresh, {"layers": []}, "An empty list trains nothing."),
-        "no tokens": (fresh, {"tokens_per_step": 0}, "A step needs positions."),
-        "other layers on resume": (started, {"layers": [0, 2]},
-                                   "A run resumes with the layers it was started with."),
-    }[case]
-    raises_clearly(ValueError, lambda: call_train(ex, model, given, data, **options),
-                   f"train_tuned_lens with {case}", why, "tuned-input-not-checked")
+    started = {**copied(fresh), "layers": [0], "steps_done": 1, "losses": [1.0], "optimizer": None}
+    for case, given, options, why in (
+            ("no layers", fresh, {"layers": []}, "An empty list trains nothing."),
+            ("no tokens", fresh, {"tokens_per_step": 0}, "A step needs positions."),
+            ("other layers on resume", started, {"layers": [0, 2]},
+             "A run resumes with the layers it was started with.")):
+        raises_clearly(ValueError, lambda: call_train(ex, model, given, data, **options),
+                       f"train_tuned_lens with {case}", why, "tuned-input-not-checked")
 
 
 def test_train_rejects_a_layer_without_a_translator(ex, small):
@@ -452,7 +446,6 @@ def test_figure_shows_the_top_tokens_under_both_lenses(ex, tiny_gpt2, figures):
                              position_label='after "...into a gigantic"')
     figures.append(fig)
     check_cells(fig, inputs, tiny_gpt2[1], [0, 2], "figure 16's top tokens")
-    draw_headless(fig)
 
 
 def test_figure_rejects_a_layer_that_is_not_a_hidden_state(ex, tiny_gpt2, figures):

@@ -36,6 +36,7 @@ from .checks import (
     printable_ids,
     reference_collect,
     reference_training,
+    same_state,
     with_random_norm,
     zero_translators,
 )
@@ -100,52 +101,84 @@ def test_secret_translate_of_random_translators(ex, secret):
 def test_secret_lens_of_a_model_of_random_sizes(ex, secret):
     model = random_model(secret)
     translators = random_translators(secret, model)
-    if secret.choice([True, False]):
-        translators = zero_translators(model)
     hidden = random_states(secret, model)
     n_hidden = hidden.shape[0]
-    layer = secret.integer(-n_hidden, n_hidden - 1)
-    states = hidden[layer % n_hidden]
-    result = call_lens(ex, model, translators, states, layer)
-    check_lens(result, model, translators["A"], translators["b"], states, layer % n_hidden,
-               f"lens_log_probs at layer {layer} of a GPT-2 of {n_hidden - 1} blocks"
-               + repeat_hint())
+    what = f"a GPT-2 of {n_hidden - 1} blocks{repeat_hint()}"
+    for layer in range(n_hidden):  # every hidden state, the last one included
+        name = secret.choice([layer, layer - n_hidden])  # negative layers count from the end
+        result = call_lens(ex, model, translators, hidden[layer], name)
+        check_lens(result, model, translators["A"], translators["b"], hidden[layer], layer,
+                   f"lens_log_probs at layer {name} of {what}")
+    leaves = {name: [x.clone().requires_grad_(True) for x in value]
+              for name, value in translators.items()}
+    layer = secret.integer(0, n_hidden - 2)
+    result = ex.lens_log_probs(model, leaves, hidden[layer].clone(), layer)
+    expect(getattr(result, "requires_grad", False), "tuned-lens-no-graph",
+           f"lens_log_probs at layer {layer} of {what} does not depend on the translators for "
+           "autograd: training takes its gradient through it")
 
 
 @secret_check("kl_to_final")
 def test_secret_kl_of_random_distributions(ex, secret):
-    shape = [secret.integer(1, 4) for _ in range(secret.integer(1, 3))] + [secret.integer(2, 60)]
+    shape = [secret.integer(2, 4)] + [secret.integer(1, 4) for _ in range(secret.integer(0, 2))]
+    shape.append(secret.integer(2, 60))  # 2 positions or more, then the vocabulary
     lens = torch.log_softmax(secret.tensor(*shape), -1)
-    final = torch.log_softmax(secret.tensor(*shape), -1)
-    if secret.choice([True, False]):
-        lens = final.clone()
-    check_kl(ex.kl_to_final(lens.clone(), final.clone()), lens, final,
-             f"kl_to_final of random log-probabilities {tuple(shape)}{repeat_hint()}")
+    final = torch.log_softmax(secret.tensor(*shape) * 3, -1)
+    what = f"kl_to_final of random log-probabilities {tuple(shape)}{repeat_hint()}"
+    value = ex.kl_to_final(lens.clone().requires_grad_(True), final.clone())
+    check_kl(value, lens, final, what)
+    expect(value.requires_grad, "kl-no-graph",
+           f"{what} does not depend on the lens for autograd: it is the loss training "
+           "differentiates")
+    check_kl(ex.kl_to_final(final.clone(), final.clone()), final, final,
+             f"{what}, the lens equal to the final distribution")
 
 
 @secret_check("train_tuned_lens")
 def test_secret_training_on_a_model_of_random_sizes(ex, secret):
+    """A run of a few steps on some layers, then resumed for a few more, and a step on every
+    layer (the default), each against Adam on the given batches; the held-out part is all NaN,
+    and the model must get no .grad."""
     model = random_model(secret, layers=(1, 3))
     generator = torch.Generator().manual_seed(secret.integer(0, 2**31))
     data = made_data(model, generator, texts=secret.integer(3, 5), held=1)
     fresh = zero_translators(model)
     n_layers = len(kata.blocks(model))
     layers = secret.some(range(n_layers))
-    options = {"layers": layers, "steps": secret.integer(1, 3),
-               "tokens_per_step": secret.integer(1, 12), "lr": secret.number(0.001, 0.02),
-               "seed": secret.integer(0, 10_000)}
-    expected = reference_training(model, fresh, data, layers, options["steps"],
-                                  options["tokens_per_step"], options["lr"], options["seed"])
+    first, more = secret.integer(1, 3), secret.integer(1, 3)
+    options = {"layers": layers, "tokens_per_step": secret.integer(1, 12),
+               "lr": secret.number(0.001, 0.02), "seed": secret.integer(0, 10_000)}
+    arguments = (options["tokens_per_step"], options["lr"], options["seed"])
     what = f"train_tuned_lens({options}) on a GPT-2 of {n_layers} blocks{repeat_hint()}"
     try:
         state = ex.train_tuned_lens(model, copied(fresh), poisoned(data), progress=False,
-                                    **options)
+                                    steps=first, **options)
+        check_state(state, model, f"{what}, {first} steps", layers=layers, steps_done=first)
+        check_trained(state, reference_training(model, fresh, data, layers, first, *arguments),
+                      {}, fresh, sorted(set(layers)), f"{what}, {first} steps", lr=options["lr"],
+                      steps=first)
+        kept = copied(state)
+        resumed = ex.train_tuned_lens(model, state, poisoned(data), progress=False,
+                                      steps=first + more, **options)
+        expect(same_state(state, kept), "tuned-state-changed-in-place",
+               f"{what}: resuming changed the dict it was given in place")
+        every = ex.train_tuned_lens(model, copied(fresh), poisoned(data), progress=False,
+                                    steps=1, **{**options, "layers": None})
         left = grads_left(model)
     finally:
         clear_grads(model)
-    check_state(state, model, what, layers=layers, steps_done=options["steps"])
-    check_trained(state, expected, {}, fresh, sorted(set(layers)), what, lr=options["lr"],
-                  steps=options["steps"])
+    total = first + more
+    check_state(resumed, model, f"{what}, resumed to {total} steps", layers=layers,
+                steps_done=total)
+    check_trained(resumed, reference_training(model, fresh, data, layers, total, *arguments), {},
+                  fresh, sorted(set(layers)), f"{what}, resumed to {total} steps",
+                  lr=options["lr"], steps=total)
+    all_layers = list(range(n_layers))
+    check_state(every, model, f"{what}, one step with the default layers", layers=all_layers,
+                steps_done=1)
+    check_trained(every, reference_training(model, fresh, data, all_layers, 1, *arguments), {},
+                  fresh, all_layers, f"{what}, one step with the default layers (every layer)",
+                  lr=options["lr"], steps=1)
     expect(not left, "tuned-grad-on-model",
            f"{what}: {len(left)} parameters of the model have a .grad after training")
 
