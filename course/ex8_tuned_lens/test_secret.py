@@ -13,6 +13,7 @@ import torch
 from matplotlib.figure import Figure
 
 import kata
+from course.shared.diagnosis import diagnose
 from course.shared.secret import repeat_hint, secret, secret_check  # noqa: F401 - a fixture
 from course.shared.support import expect, figures  # noqa: F401 - a fixture
 
@@ -27,6 +28,7 @@ from .checks import (
     check_state,
     check_trained,
     check_translated,
+    check_translator_tensors,
     check_translators,
     clear_grads,
     copied,
@@ -36,7 +38,10 @@ from .checks import (
     printable_ids,
     reference_collect,
     reference_training,
+    resumed_wrong_runs,
     same_state,
+    splits_differ,
+    trained_wrong_runs,
     with_random_norm,
     zero_translators,
 )
@@ -69,7 +74,10 @@ def random_states(secret, model, count=(2, 9)):
 def test_secret_collect_of_random_texts(ex, tiny_gpt2, secret):
     model, tokenizer = tiny_gpt2
     texts = [secret.text(words=(2, 9)) for _ in range(secret.integer(2, 6))]
+    counts = [len(tokenizer(text)["input_ids"]) for text in texts]
     held_out = secret.number(0.05, 0.95)
+    while not splits_differ(counts, held_out):  # else a split by position is right by chance
+        held_out = secret.number(0.05, 0.95)
     expected = reference_collect(model, tokenizer, texts, held_out)
     data = ex.collect(model, tokenizer, list(texts), held_out=held_out)
     check_collected(data, expected, f"collect of {len(texts)} random texts, held_out={held_out}"
@@ -138,8 +146,9 @@ def test_secret_kl_of_random_distributions(ex, secret):
 def test_secret_training_on_a_model_of_random_sizes(ex, secret):
     """A run of a few steps on some layers, then resumed for a few more, and a step on every
     layer (the default), each against Adam on the given batches; the held-out part is all NaN,
-    and the model must get no .grad."""
-    model = random_model(secret, layers=(1, 3))
+    and the model must get no .grad. The model has 2 blocks or more, so that the default trains
+    2 layers or more (a loss averaged over them is then not their sum)."""
+    model = random_model(secret, layers=(2, 3))
     generator = torch.Generator().manual_seed(secret.integer(0, 2**31))
     data = made_data(model, generator, texts=secret.integer(3, 5), held=1)
     fresh = zero_translators(model)
@@ -150,29 +159,46 @@ def test_secret_training_on_a_model_of_random_sizes(ex, secret):
                "lr": secret.number(0.001, 0.02), "seed": secret.integer(0, 10_000)}
     arguments = (options["tokens_per_step"], options["lr"], options["seed"])
     what = f"train_tuned_lens({options}) on a GPT-2 of {n_layers} blocks{repeat_hint()}"
+    total = first + more
+    every, every_error = None, None
     try:
         state = ex.train_tuned_lens(model, copied(fresh), poisoned(data), progress=False,
                                     steps=first, **options)
         check_state(state, model, f"{what}, {first} steps", layers=layers, steps_done=first)
+        wrong = trained_wrong_runs({part: reference_training(model, fresh, data, layers, first,
+                                                             *arguments, part=part)
+                                    for part in ("held_out", "both")})
         check_trained(state, reference_training(model, fresh, data, layers, first, *arguments),
-                      {}, fresh, sorted(set(layers)), f"{what}, {first} steps", lr=options["lr"],
-                      steps=first)
+                      wrong, fresh, sorted(set(layers)), f"{what}, {first} steps",
+                      lr=options["lr"], steps=first)
         kept = copied(state)
         resumed = ex.train_tuned_lens(model, state, poisoned(data), progress=False,
-                                      steps=first + more, **options)
+                                      steps=total, **options)
         expect(same_state(state, kept), "tuned-state-changed-in-place",
                f"{what}: resuming changed the dict it was given in place")
-        every = ex.train_tuned_lens(model, copied(fresh), poisoned(data), progress=False,
-                                    steps=1, **{**options, "layers": None})
+        try:
+            every = ex.train_tuned_lens(model, copied(fresh), poisoned(data), progress=False,
+                                        steps=1, **{**options, "layers": None})
+        except IndexError as error:  # named below, after the resumed run is judged
+            every_error = error
         left = grads_left(model)
     finally:
         clear_grads(model)
-    total = first + more
+    check_translator_tensors(resumed, f"{what}, resumed to {total} steps", n_layers)
+    runs = {"restarted": reference_training(model, fresh, data, layers, total, *arguments,
+                                            restart_adam_at=first),
+            "again": reference_training(model, fresh, data, layers, total, *arguments,
+                                        start_again_at=first)}
+    check_trained(resumed, reference_training(model, fresh, data, layers, total, *arguments),
+                  resumed_wrong_runs(runs, first), fresh, sorted(set(layers)),
+                  f"{what}, resumed to {total} steps", lr=options["lr"], steps=total)
     check_state(resumed, model, f"{what}, resumed to {total} steps", layers=layers,
                 steps_done=total)
-    check_trained(resumed, reference_training(model, fresh, data, layers, total, *arguments), {},
-                  fresh, sorted(set(layers)), f"{what}, resumed to {total} steps",
-                  lr=options["lr"], steps=total)
+    if every_error is not None:
+        diagnose("tuned-last-layer-trained", (
+            f"{what} with the default layers raised IndexError ({every_error}): the default is "
+            f"every hidden state that has a translator, 0 .. {n_layers - 1}; the last hidden "
+            "state is the model's output, with no translator to train"))
     all_layers = list(range(n_layers))
     check_state(every, model, f"{what}, one step with the default layers", layers=all_layers,
                 steps_done=1)
@@ -198,7 +224,9 @@ def test_secret_ranks_of_a_model_of_random_sizes(ex, secret):
 def test_secret_figure_of_random_ranks(ex, tiny_gpt2, secret, figures):
     _, tokenizer = tiny_gpt2
     n_hidden, vocab = secret.integer(3, 12), secret.integer(300, 900)
-    layers = secret.some(range(n_hidden - 1), most=4)
+    # at least one hidden state with a translator is left untrained: drawing the tuned lens
+    # at every hidden state must be wrong
+    layers = secret.some(range(n_hidden - 1), most=min(4, n_hidden - 2))
     allowed = torch.tensor(printable_ids(tokenizer, vocab))
     mask = torch.full((vocab,), -100.0)
     mask[allowed] = 0.0
