@@ -14,9 +14,9 @@ Why a shipped file and not generation at run time: the sampled tokens depend on 
 every forward pass (a logit that moves in its 7th digit can change which token the top-p draw
 picks, and every later token with it), so another version of transformers or torch may sample
 other texts; and sampling costs 17 s on a quiet machine, minutes on a busy one. The file is the
-same everywhere and costs nothing. ``python -m course.ex8_tuned_lens.samples --check`` samples
-again and says which texts still come out the same; ``--out FILE`` writes a new file (read every
-text before shipping one: seeds 2 and 8 each gave a text unfit for a classroom).
+same everywhere and costs nothing. :func:`sample_again` samples again and says how many texts
+still come out the same; given a file, it writes a new one there (read every text before
+shipping one: seeds 2 and 8 each gave a text unfit for a classroom).
 
 The learner's code never reads this file: the notebook and ``grader.py figures`` read it and
 pass the texts to ``collect``, and the tests pass their own texts.
@@ -115,8 +115,9 @@ def _compact(document: dict) -> str:
     return f'{head},\n "samples": [\n{rows}\n ]\n}}\n'
 
 
-def main(argv=None) -> None:
-    import argparse
+def sample_again(seed: int = SEED, out: Path | None = None) -> int:
+    """Sample the prompts again with SmolLM2 and say how many texts come out as shipped; with
+    ``out``, write them there as a new samples file. Returns that count."""
     import time
 
     import torch
@@ -124,35 +125,24 @@ def main(argv=None) -> None:
 
     import kata
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seed", type=int, default=SEED)
-    parser.add_argument("--out", type=Path, help="write a new samples file here")
-    parser.add_argument("--check", action="store_true",
-                        help="sample again and compare with the shipped file")
-    args = parser.parse_args(argv)
     model, tokenizer = kata.load_model("smollm2")
     started = time.perf_counter()
-    samples = generate(model, tokenizer, args.seed)
+    samples = generate(model, tokenizer, seed)
     print(f"sampled {sum(len(ids) for _, ids in samples)} tokens for {len(samples)} prompts in "
           f"{time.perf_counter() - started:.1f} s")
-    if args.check:
-        shipped = json.loads(SAMPLES.read_text(encoding="utf-8"))["samples"]
-        same = sum(old["smollm2_ids"] == ids for old, (_, ids) in zip(shipped, samples))
-        print(f"{same} of {len(shipped)} texts sampled as shipped")
-        return
-    document = {
-        "about": "SmolLM2-135M-Instruct's own samples (course/ex8_tuned_lens/samples.py), the "
-                 "tuned lens's training and held-out texts. Prompts written for the kata.",
-        "model": "smollm2", "seed": args.seed, "top_p": TOP_P, "top_k": 0, "temperature": 1.0,
-        "max_new_tokens": MAX_NEW_TOKENS, "transformers": transformers.__version__,
-        "torch": torch.__version__,
-        "samples": [{"prompt": p, "continuation": tokenizer.decode(ids), "smollm2_ids": ids}
-                    for p, ids in samples],
-    }
-    if args.out:
-        args.out.write_text(_compact(document), encoding="utf-8")
-        print(f"wrote {args.out}")
-
-
-if __name__ == "__main__":
-    main()
+    shipped = json.loads(SAMPLES.read_text(encoding="utf-8"))["samples"]
+    same = sum(old["smollm2_ids"] == ids for old, (_, ids) in zip(shipped, samples))
+    print(f"{same} of {len(shipped)} texts sampled as shipped")
+    if out is not None:
+        document = {
+            "about": "SmolLM2-135M-Instruct's own samples (course/ex8_tuned_lens/samples.py), "
+                     "the tuned lens's training and held-out texts. Prompts written for the kata.",
+            "model": "smollm2", "seed": seed, "top_p": TOP_P, "top_k": 0, "temperature": 1.0,
+            "max_new_tokens": MAX_NEW_TOKENS, "transformers": transformers.__version__,
+            "torch": torch.__version__,
+            "samples": [{"prompt": p, "continuation": tokenizer.decode(ids), "smollm2_ids": ids}
+                        for p, ids in samples],
+        }
+        Path(out).write_text(_compact(document), encoding="utf-8")
+        print(f"wrote {out}")
+    return same
