@@ -1,15 +1,12 @@
 """One warm trusted worker for a whole batch: imports and model loads once, not per submission.
 
-Each submission's tests run in a trusted warm worker (:mod:`grading.box.worker`) that imports
-torch, transformers and pytest and loads the session models before it forks a child per
-exercise: about 5 CPU seconds per submission before any test, the same every time. A batch
-starts one :class:`BatchWorker` instead, before the first submission: it warms up once on the
-batch's trusted copy of the kata and forks, for each submission, a child that runs that
-submission's worker (:func:`grading.box.worker.serve`). The child is a fresh process as far as
-the submission can tell (its own process group, error log, channels and exercise children); what
-the submissions share is only trusted state: the imported modules and the session models as they
-were after loading. No learner's code or data ever reaches the batch's worker itself: it only
-receives descriptors and forks.
+A submission's warm worker (:mod:`grading.box.worker`) spends about 5 CPU seconds on imports
+and models before any test. A batch starts one :class:`BatchWorker` instead, which warms up once
+on the batch's trusted copy of the kata and forks each submission's worker
+(:func:`grading.box.worker.serve`): a fresh process as far as the submission can tell (its own
+process group, error log, channels and exercise children). The submissions share only trusted
+state, the imported modules and the session models as loaded; no learner's code or data ever
+reaches the batch's worker itself: it only receives descriptors and forks.
 
 :meth:`BatchWorker.spawn` gives a :class:`ForkedWorker`, which the runner watches like the
 ``subprocess.Popen`` of a worker of its own (``pid``, ``poll``, ``wait``, ``returncode``; its
@@ -28,6 +25,7 @@ import sys
 import threading
 from pathlib import Path
 
+from grading.box.runner import kill_group, start_child, wait_until
 from grading.box.worker import MAX_REQUEST_BYTES, WorkerArgs, kill_process_group
 
 #: How long a spawn waits for the batch's worker to be warm, and for its answer.
@@ -67,8 +65,6 @@ class BatchWorker:
 
     def __init__(self, root: Path, test_files: list[tuple[str, Path]], env: dict[str, str],
                  log_dir: Path, memory_limit_mb: int = 0):
-        from grading.box.runner import start_child
-
         self.root = Path(root)
         self.warm: dict | None = None  # {"seconds", "cpu"} of its warm-up, once ready
         self.lost = False
@@ -94,8 +90,8 @@ class BatchWorker:
     def spawn(self, args: WorkerArgs, error_log: Path) -> ForkedWorker | None:
         """A child running ``args`` (its channels are passed on, and stay open here for the
         caller to close); None when the batch's worker cannot give one (the caller starts a
-        worker of its own)."""
-        if not self._wait_ready() or self.lost:
+        worker of its own), or is not warm within :data:`READY_SECONDS`."""
+        if not wait_until(self._ready.wait, READY_SECONDS) or self.lost:
             return None
         with open(error_log, "wb") as log:
             with self._lock:
@@ -116,23 +112,8 @@ class BatchWorker:
             self._waiting.pop(request, None)
         return waiter[1]
 
-    def _wait_ready(self) -> bool:
-        """Whether it is warm (or gone) within :data:`READY_SECONDS`; not waiting on once the
-        batch is stopped."""
-        import time
-
-        from grading.box.runner import stopping
-
-        waited_until = time.monotonic() + READY_SECONDS
-        while not self._ready.wait(0.2):
-            if stopping() or time.monotonic() > waited_until:
-                return False
-        return True
-
     def close(self) -> None:
         """End the batch's worker and every child it still has."""
-        from grading.box.runner import kill_group
-
         try:
             self._socket.shutdown(socket.SHUT_RDWR)
         except OSError:

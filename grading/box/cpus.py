@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from pathlib import Path
 
 __all__ = ["available_cpus", "cgroup_quota"]
@@ -36,10 +35,8 @@ def _read(path: Path) -> str | None:
 
 def _v2_quota(text: str | None) -> float | None:
     """CPUs of a cgroup v2 ``cpu.max`` line, or None (no limit, or unreadable)."""
-    if not text:
-        return None
-    parts = text.split()
-    if len(parts) < 1 or parts[0] == "max":
+    parts = (text or "").split()
+    if not parts or parts[0] == "max":
         return None
     try:
         quota = int(parts[0])
@@ -61,18 +58,12 @@ def _v1_quota(folder: Path) -> float | None:
 def _inside(root: Path, relative: str) -> list[Path]:
     """``root/relative`` and every folder above it up to ``root``, deepest first."""
     folder = root / relative.lstrip("/")
-    folders = []
-    while True:
-        folders.append(folder)
-        if folder == root or root not in folder.parents:
-            break
-        folder = folder.parent
-    return folders
+    return [f for f in (folder, *folder.parents) if f == root or root in f.parents]
 
 
 def cgroup_quota(cgroup_root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP) -> float | None:
     """The tightest CPU quota over this process's cgroups (v2 and v1), in CPUs; None: none."""
-    quotas: list[float] = []
+    quotas: list[float | None] = []
     lines = (_read(proc_cgroup) or "").splitlines()
     for line in lines:
         parts = line.split(":", 2)
@@ -80,27 +71,16 @@ def cgroup_quota(cgroup_root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROU
             continue
         _, controllers, relative = parts
         if controllers == "":  # cgroup v2: "0::/path"
-            for folder in _inside(cgroup_root, relative):
-                quota = _v2_quota(_read(folder / "cpu.max"))
-                if quota is not None:
-                    quotas.append(quota)
+            quotas += [_v2_quota(_read(f / "cpu.max")) for f in _inside(cgroup_root, relative)]
         elif "cpu" in controllers.split(","):  # cgroup v1: "4:cpu,cpuacct:/path"
-            names = [controllers, "cpu,cpuacct", "cpu"]
-            for name in dict.fromkeys(names):
-                base = cgroup_root / name
-                if not base.is_dir():
-                    continue
-                for folder in _inside(base, relative):
-                    quota = _v1_quota(folder)
-                    if quota is not None:
-                        quotas.append(quota)
-                break
+            names = dict.fromkeys([controllers, "cpu,cpuacct", "cpu"])
+            base = next((cgroup_root / n for n in names if (cgroup_root / n).is_dir()), None)
+            if base is not None:
+                quotas += [_v1_quota(folder) for folder in _inside(base, relative)]
     if not lines:  # no /proc: try the root cgroup itself (v2, then v1)
-        for quota in (_v2_quota(_read(cgroup_root / "cpu.max")),
-                      _v1_quota(cgroup_root / "cpu")):
-            if quota is not None:
-                quotas.append(quota)
-    return min(quotas) if quotas else None
+        quotas += [_v2_quota(_read(cgroup_root / "cpu.max")), _v1_quota(cgroup_root / "cpu")]
+    found = [q for q in quotas if q is not None]
+    return min(found) if found else None
 
 
 def available_cpus(cgroup_root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP,

@@ -16,16 +16,21 @@ the same channels and standard error; where that fails it is started as before.
 
 from __future__ import annotations
 
+import array
 import json
 import os
+import select
 import shutil
+import socket
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kata.serve import close_all
+from grading.box.runner import LEARNER_READY, STARTUP_SECONDS, child_environment, kill_group
+from kata.serve import GENERATIONS, close_all, format_pairs
 
 #: The learner kit: the one folder of the kata the learner's side gets, whole.
 LEARNER_KIT = "kata"
@@ -83,8 +88,6 @@ class Channels:
 
     @classmethod
     def open(cls, exercise_ids: list[str]) -> Channels:
-        from kata.serve import GENERATIONS
-
         channels = cls()
         for exercise_id in exercise_ids:
             for _ in range(GENERATIONS):
@@ -114,8 +117,6 @@ class LearnerServer:
     """The running :mod:`kata.serve.server`, and the tail of what it wrote to stderr."""
 
     def __init__(self, process: subprocess.Popen, stream=None):
-        import time
-
         self.process = process
         self.stream = stream if stream is not None else process.stderr  # its standard error
         self.started = time.time()  # when the sandbox was started (its phases are timed from it)
@@ -126,8 +127,6 @@ class LearnerServer:
         self._reader.start()
 
     def _read(self) -> None:
-        from grading.box.runner import LEARNER_READY
-
         stream = self.stream
         ready = LEARNER_READY.encode()
         while True:
@@ -150,8 +149,6 @@ class LearnerServer:
         """The tail of its standard error, which still says it got ready when it did: the
         learner's code shares that stream and could push the line out of the tail with a flood,
         and a crash before it is the sandbox's fault, not the learner's."""
-        from grading.box.runner import LEARNER_READY
-
         text = bytes(self._tail).decode("utf-8", errors="replace")
         if self.ready and LEARNER_READY not in text:
             text = f"{LEARNER_READY}\n{text}"
@@ -167,8 +164,6 @@ class LearnerServer:
             pass
 
     def kill(self) -> None:
-        from grading.box.runner import kill_group
-
         kill_group(self.process)
         self._reader.join(timeout=5)
         if self.stream is not self.process.stderr:
@@ -188,9 +183,6 @@ class LearnerBox:
     call_seconds: float = 0.0  # the deadline of one call of a learner's function (0: none)
 
     def start(self, exercises: list, work_dir: Path, n: int) -> tuple[Channels, LearnerServer]:
-        from grading.box.runner import child_environment
-        from kata.serve import format_pairs  # the channels as text (no torch here)
-
         ids = [e.id for e in exercises if e.id in self.modules]
         channels = Channels.open(ids)
         env = child_environment(self.folder, self.threads)
@@ -200,7 +192,7 @@ class LearnerBox:
                 specs = [f"{i}={self.modules[i]}:{format_pairs(pairs)}"
                          for i, pairs in channels.learner.items()]
                 command = self._command(str(self.folder), specs, cpu)
-                process = self._popen(command, self.folder, env, channels.learner_fds)
+                process = _popen(command, self.folder, env, channels.learner_fds)
             elif self.zygote is not None and (process := self._warm_start(channels, cpu)):
                 return channels, process
             else:
@@ -213,12 +205,12 @@ class LearnerBox:
                         inner += 2
                     specs.append(f"{exercise_id}={self.modules[exercise_id]}:{format_pairs(moved)}")
                 command = self._command(self.sandbox.root_of(self.folder), specs, cpu)
-                wrapped = self.sandbox.command(command, self.folder, {})
+                wrapped = self.sandbox.command(command, self.folder)
                 pairs = [str(v) for source, target in targets.items() for v in (source, target)]
                 wrapped = [wrapped[0], "-c", _MOVE_FD + wrapped[2], str(len(targets)), *pairs,
                            *wrapped[3:]]
-                process = self._popen(wrapped, self.folder, self.sandbox.environment(env),
-                                      tuple(targets))
+                process = _popen(wrapped, self.folder, self.sandbox.environment(env),
+                                 tuple(targets))
         finally:
             channels.close_learner()  # the server holds them now (or never will)
         return channels, LearnerServer(process)
@@ -237,10 +229,9 @@ class LearnerBox:
         err_read, err_write = os.pipe()
         placeholder = None
         try:
-            command = self.sandbox.command(PLACEHOLDER, self.folder, {}, info_fd=info_write)
-            placeholder = subprocess.Popen(command, cwd=self.folder, stdin=subprocess.DEVNULL,
-                                           stdout=ready_write, stderr=err_write,
-                                           start_new_session=True, pass_fds=(info_write,))
+            command = self.sandbox.command(PLACEHOLDER, self.folder, info_fd=info_write)
+            placeholder = _popen(command, self.folder, None, (info_write,), ready_write,
+                                 err_write)
             close_all((info_write, ready_write))
             info_write = ready_write = -1
             first = _sandbox_pid(info_read, PLACEHOLDER_SECONDS)
@@ -258,8 +249,6 @@ class LearnerBox:
             close_all(fd for fd in (info_read, info_write, ready_read, ready_write, err_write)
                        if fd >= 0)
         if placeholder is not None:  # started, but no server came into it: start one cold
-            from grading.box.runner import kill_group
-
             kill_group(placeholder)
             self.sandbox.kill_all()
         os.close(err_read)
@@ -272,16 +261,17 @@ class LearnerBox:
             command += ["--channel", spec]
         return command
 
-    @staticmethod
-    def _popen(command, cwd, env, fds) -> subprocess.Popen:
-        return subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                start_new_session=True, pass_fds=fds)
-
     def stop(self, server: LearnerServer) -> None:
         server.kill()
         if self.sandbox is not None:
             self.sandbox.kill_all()
+
+
+def _popen(command, cwd, env, fds, stdout=subprocess.DEVNULL,
+           stderr=subprocess.PIPE) -> subprocess.Popen:
+    """``command`` in a session of its own, reading nothing, holding ``fds``."""
+    return subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout,
+                            stderr=stderr, start_new_session=True, pass_fds=fds)
 
 
 #: What holds a submission's sandbox open until the zygote's child joins it: a shell, run once
@@ -295,9 +285,6 @@ PLACEHOLDER_SECONDS = 30.0
 def _read_until(fd: int, marker: bytes, timeout: float, limit: int = 4096) -> bytes | None:
     """What ``fd`` gave up to and including ``marker``; None if it did not come within
     ``timeout`` seconds and ``limit`` bytes, or the other end closed first."""
-    import select
-    import time
-
     text, deadline = b"", time.monotonic() + timeout
     while marker not in text and len(text) < limit:
         left = deadline - time.monotonic()
@@ -341,10 +328,7 @@ class LearnerZygote:
         """Start the zygote on a learner box with no submission in it (``folder``); None where
         it cannot be (not root, no sandbox, or ``KATA_WARM_LEARNERS=0``). ``log``: where to
         write the CPU seconds its start took."""
-        import socket
-
-        from grading.box.runner import child_environment
-        from grading.box.sandbox import INSIDE_ROOT, Sandbox, sandbox_available
+        from grading.box.sandbox import Sandbox, sandbox_available
 
         if os.geteuid() != 0 or not sandbox_available()[0] \
                 or os.environ.get("KATA_WARM_LEARNERS", "1") == "0":
@@ -354,13 +338,11 @@ class LearnerZygote:
         sandbox = Sandbox.create(hide, memory_limit_mb, use_cgroup=False)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         command = [sys.executable, "-m", "kata.serve.zygote", "--control", str(theirs.fileno())]
-        wrapped = sandbox.command(command, folder, {}, warm_parent=True)
-        env = sandbox.environment(child_environment(folder, threads))
-        env["PYTHONPATH"] = INSIDE_ROOT
+        wrapped = sandbox.command(command, folder, warm_parent=True)
+        env = sandbox.environment(child_environment(folder, threads))  # PYTHONPATH: INSIDE_ROOT
         try:
-            process = subprocess.Popen(wrapped, cwd=folder, env=env, stdin=subprocess.DEVNULL,
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                       start_new_session=True, pass_fds=(theirs.fileno(),))
+            process = _popen(wrapped, folder, env, (theirs.fileno(),),
+                             stderr=subprocess.DEVNULL)
         except OSError:
             ours.close()
             return None
@@ -370,8 +352,6 @@ class LearnerZygote:
 
     def _ready(self) -> bool:
         """Whether the zygote has loaded its models (waited for once, by the first caller)."""
-        from grading.box.runner import STARTUP_SECONDS
-
         if self._state == "starting":
             self.control.settimeout(STARTUP_SECONDS)
             try:
@@ -393,9 +373,6 @@ class LearnerZygote:
         (exercise, module, its channels' read and write ends). ``alive()`` says whether that sandbox still
         runs (checked once its namespaces are open: the process id was not yet taken by another
         process). Whether the server got there; after a failure the zygote is not asked again."""
-        import array
-        import socket
-
         from kata.serve.zygote import NAMESPACES
 
         opened: list[int] = []
@@ -433,8 +410,6 @@ class LearnerZygote:
         return said == b"ok"
 
     def close(self) -> None:
-        from grading.box.runner import kill_group
-
         self.control.close()
         kill_group(self.process)
         self.sandbox.close()

@@ -23,7 +23,7 @@ pytest and loads the models once, then forks a fresh child per exercise and keep
 exercise's clock itself; the learner's functions run in the learner's server
 (:mod:`grading.box.learner_box`, in the submission's sandbox), reached over one channel per
 exercise. The whole run has a deadline, enforced from here, whatever the processes write; and
-:func:`request_stop` (the batch's first Ctrl-C) stops it. The records, statuses and messages are
+:data:`STOP` (the batch's first Ctrl-C) stops it. The records, statuses and messages are
 the same as in one process.
 """
 
@@ -38,10 +38,12 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from grading.core.records import CollectedTest, Outcome, Status, TestRecord
+from grading.core.faults import (CALL_SECONDS_VARIABLE, MEMORY_LIMIT_VARIABLE, Ended, kind_of,
+                                 sentence, signal_name)
+from grading.core.records import ENVIRONMENT_FAULT, CollectedTest, Outcome, Status, TestRecord
 from grading.core.recorder import shorten_paths
 
 POLL_SECONDS = 0.1
@@ -67,20 +69,13 @@ _LIMIT_THEN_EXEC = (
     "resource.setrlimit(resource.RLIMIT_AS, (limit, limit))\n"
     "os.execv(sys.argv[2], sys.argv[2:])\n"
 )
-_STOP = threading.Event()
-
-
-def request_stop() -> None:
-    """Stop every run at its next look (the first Ctrl-C or SIGTERM of a batch)."""
-    _STOP.set()
+#: Set, every run stops at its next look (the first Ctrl-C or SIGTERM of a batch); a batch clears
+#: it as it starts.
+STOP = threading.Event()
 
 
 def stopping() -> bool:
-    return _STOP.is_set()
-
-
-def allow_runs() -> None:
-    _STOP.clear()
+    return STOP.is_set()
 
 
 @dataclass
@@ -149,15 +144,13 @@ def trusted_environment(root: Path, threads: int | None, secret_seed: int,
     checks' seed and the batch's folder of reference values, which the learner's side never
     gets, and the deadline of a learner's call and the memory limit, which name how a call
     ended the learner's process (:mod:`grading.core.faults`)."""
-    from grading.core.faults import CALL_SECONDS_VARIABLE, MEMORY_LIMIT_VARIABLE
+    from grading.core.reference_cache import REFERENCE_CACHE_VARIABLE
 
     env = tests_environment(root, threads)
     env[SECRET_SEED_VARIABLE] = str(secret_seed)
     env[CALL_SECONDS_VARIABLE] = str(call_seconds)
     env[MEMORY_LIMIT_VARIABLE] = str(memory_limit_mb)
     if references is not None:
-        from grading.core.reference_cache import REFERENCE_CACHE_VARIABLE
-
         env[REFERENCE_CACHE_VARIABLE] = str(references)
     return env
 
@@ -301,16 +294,18 @@ class _Process:
             self.finished_at = time.monotonic()
 
 
+def _pytest_options(root: Path) -> list[str]:
+    """pytest's own options, the same in one process and in a warm worker's children."""
+    return ["-c", str(root / "pyproject.toml"), "--rootdir", str(root),
+            "-p", "no:cacheprovider", "-q", "--capture=no", "--tb=short", "--color=no",
+            "--continue-on-collection-errors"]  # one broken test file must not stop the others
+
+
 def _pytest_command(root: Path, files: list[str], impl: str, record, deselect,
                     basetemp) -> list[str]:
-    return [
-        sys.executable, "-m", "pytest", *files,
-        "-p", "grading.core.recorder", "--kata-record", str(record),
-        "--kata-deselect", str(deselect), "--impl", impl,
-        "-c", str(root / "pyproject.toml"), "--rootdir", str(root), f"--basetemp={basetemp}",
-        "-p", "no:cacheprovider", "-q", "--capture=no", "--tb=short", "--color=no",
-        "--continue-on-collection-errors",  # one broken test file must not stop the others
-    ]
+    return [sys.executable, "-m", "pytest", *files, "-p", "grading.core.recorder",
+            "--kata-record", str(record), "--kata-deselect", str(deselect), "--impl", impl,
+            f"--basetemp={basetemp}", *_pytest_options(root)]
 
 
 def _worker_args(root: Path, exercises: list, impl: str, record, deselect, basetemp,
@@ -323,9 +318,7 @@ def _worker_args(root: Path, exercises: list, impl: str, record, deselect, baset
         record=str(record), impl=impl, deselect=str(deselect), basetemp=str(basetemp),
         tests=[(e.id, str(root / e.tests)) for e in exercises], timeout=timeout,
         startup=max(STARTUP_SECONDS, timeout), lanes=max(1, lanes), remote=dict(remote or {}),
-        pytest=["-c", str(root / "pyproject.toml"), "--rootdir", str(root),
-                "-p", "no:cacheprovider", "-q", "--capture=no", "--tb=short", "--color=no",
-                "--continue-on-collection-errors"])
+        pytest=_pytest_options(root))
 
 
 def _watch(process: subprocess.Popen, reader: _EventReader, timeout: float,
@@ -393,10 +386,7 @@ def learner_exit_status(stderr: str, exercise_id: str) -> int | None:
 def _crash_description(run: _Process, root: Path, impl: str, module: str | None = None) -> str:
     code = run.returncode
     if code is not None and code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
+        name = signal_name(-code)
         how = f"the process was killed by {name}"
         if name == "SIGSEGV":
             how += " (a segmentation fault: memory accessed where it must not be)"
@@ -426,31 +416,18 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
               warm: bool = False, lanes: int = 1, learner=None,
               secret_seed: int | None = None, batch_worker=None,
               references: Path | None = None, call_seconds: float = 0.0) -> RunResult:
-    """Run the tests of ``exercises`` (manifest entries) on ``root/impl`` and record every outcome.
+    """Run the tests of ``exercises`` (manifest entries, in order) on ``root/impl``
+    (``"exercises"`` or ``"solutions"``; ``root`` gives the tests, conftest and
+    ``pyproject.toml``) and record every outcome; records and logs go to ``work_dir``.
 
-    Args:
-        root: the kata folder whose tests, conftest and ``pyproject.toml`` are used.
-        exercises: the exercises to grade, in order.
-        impl: ``"exercises"`` or ``"solutions"``.
-        work_dir: where records and logs go (created).
-        timeout: wall-clock seconds allowed for each exercise's tests.
-        memory_limit_mb: address-space limit of the child in MiB; 0 for none.
-        threads: torch threads per child; None: ``KATA_TORCH_THREADS``, else one.
-        warm: run a warm worker (:mod:`grading.box.worker`: imports and models loaded once,
-            a forked child per exercise) instead of one plain pytest process.
-        lanes: with ``warm``, how many exercises the worker grades at once (one forked child
-            each; the cores this submission may use).
-        learner: with ``warm``, a :class:`grading.box.learner_box.LearnerBox`: the learner's
-            functions run there (in its sandbox) and the tests here, in the trusted worker.
-        secret_seed: the seed of the secret checks' inputs (``course/shared/secret.py``), in the test
-            process's environment only; None: a fresh one. A batch passes one seed for all.
-        batch_worker: with ``warm``, the batch's :class:`grading.box.batch_worker.BatchWorker`
-            (warm already, its environment the batch's: ``root``, seed, references): the
-            submission's worker is forked from it instead of started. When it cannot give one,
-            or is lost while the submission runs, a worker of the submission's own grades it.
-        references: the batch's folder of shared reference values
-            (:mod:`grading.core.reference_cache`), in the test process's environment only.
-        call_seconds: with ``learner``, the deadline of one call of a learner's function.
+    ``timeout``: wall-clock seconds per exercise; ``memory_limit_mb``: the test process's address
+    space (0: no limit); ``threads``: torch threads (None: ``KATA_TORCH_THREADS``, else one).
+    ``warm``: a warm worker (:mod:`grading.box.worker`) grades ``lanes`` exercises at once, the
+    learner's functions running in ``learner`` (a :class:`~grading.box.learner_box.LearnerBox`,
+    in its sandbox), each call within ``call_seconds``; it is forked from ``batch_worker`` (the
+    batch's :class:`~grading.box.batch_worker.BatchWorker`) when that can give one, else started.
+    ``secret_seed`` (None: a fresh one; a batch passes one for all) and ``references`` (the
+    batch's folder of :mod:`~grading.core.reference_cache`) reach the test processes only.
     """
     root, work_dir = Path(root), Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -474,7 +451,9 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
                                 timeout, lanes, channels.trusted if channels else None)
             if batch_worker is not None:
                 if server is not None:
-                    _await_learner(server)
+                    # a worker forked from the batch's starts its first test at once: the
+                    # exercises' clocks must not run while the sandbox still loads the models
+                    wait_until(server.wait_ready, STARTUP_SECONDS)
                 process = batch_worker.spawn(args, work_dir / f"pytest-{n}.err")
             command = [sys.executable, "-m", "grading.box.worker", *args.argv()]
             # the whole run's deadline: every exercise's limit, in its lane, plus start-up
@@ -525,15 +504,14 @@ def run_tests(root: Path, exercises: list, impl: str, work_dir: Path, timeout: f
     return result
 
 
-def _await_learner(server) -> None:
-    """Wait until the learner's server has loaded its models (or ended), at most
-    :data:`STARTUP_SECONDS`, unless the batch is stopped: a worker forked from the batch's starts
-    its first test at once, and the exercises' clocks must not run while the sandbox still
-    imports torch and loads the models."""
-    waited_until = time.monotonic() + STARTUP_SECONDS
-    while not server.wait_ready(POLL_SECONDS) and not stopping():
-        if time.monotonic() > waited_until:
-            return
+def wait_until(ready, seconds: float) -> bool:
+    """Whether ``ready(timeout)``, asked again and again, says True within ``seconds``; False
+    at once when the batch is stopped."""
+    waited_until = time.monotonic() + seconds
+    while not ready(POLL_SECONDS):
+        if stopping() or time.monotonic() > waited_until:
+            return False
+    return True
 
 
 def _settle_worker(result: RunResult, run: _Process, pending: list, root: Path, impl: str,
@@ -542,15 +520,15 @@ def _settle_worker(result: RunResult, run: _Process, pending: list, root: Path, 
     must grade, and whether to start one."""
     by_id = {e.id: e for e in pending}
 
-    def abnormal(exercise_id, how, code, running, stderr):
-        child = _Process(ended=how, returncode=code, stderr=stderr, running=running,
+    def abnormal(exercise_id, how, code, running):
+        child = _Process(ended=how, returncode=code, stderr=run.stderr, running=running,
                          last_exercise=exercise_id if exercise_id in run.tested else None,
                          warm=True)
         _record_abnormal_end(result, child, [by_id[exercise_id]], root, impl, timeout)
 
     for exercise_id, how, code, running in run.deaths:
         if exercise_id in by_id:
-            abnormal(exercise_id, how, code, running, run.stderr)
+            abnormal(exercise_id, how, code, running)
     if run.finished:
         _mark_unrecorded(result, pending, Outcome.NOT_RUN,
                          "the test session ended before this test ran")
@@ -560,8 +538,7 @@ def _settle_worker(result: RunResult, run: _Process, pending: list, root: Path, 
     how = "timeout" if run.ended == "hang" else "crash"
     in_flight = [e for e in run.begun if e in by_id and e not in run.done]
     for exercise_id in in_flight:
-        abnormal(exercise_id, how, run.returncode, run.running_in.get(exercise_id),
-                 run.stderr)
+        abnormal(exercise_id, how, run.returncode, run.running_in.get(exercise_id))
     if not run.begun:  # it never got to any exercise
         _record_abnormal_end(result, _Process(ended=how, returncode=run.returncode,
                                               stderr=run.stderr), pending, root, impl, timeout)
@@ -580,20 +557,14 @@ def _collect(result: RunResult, run: _Process) -> None:
             collected = [CollectedTest.from_json(t) for t in event["tests"]]
             result.tests += [t for t in collected if t.nodeid not in known]
         elif kind == "result":
-            record = _read_record(event)
-            if record is not None:
-                result.results[record.nodeid] = record
+            try:
+                record = TestRecord.from_json(event)
+            except (KeyError, TypeError, ValueError):
+                continue  # a malformed record: its test is then "not run"
+            result.results[record.nodeid] = record
         elif kind == "models":
             models = set(result.environment.get("models", [])) | set(event["models"])
             result.environment["models"] = sorted(models)
-
-
-def _read_record(event: dict) -> TestRecord | None:
-    """The record in a result event; None for a malformed one (its test is then "not run")."""
-    try:
-        return TestRecord.from_json(event)
-    except (KeyError, TypeError, ValueError):
-        return None
 
 
 def _mark_unrecorded(result: RunResult, exercises: list, outcome: Outcome, message: str) -> None:
@@ -619,7 +590,6 @@ def _record_abnormal_end(result: RunResult, run: _Process, pending: list, root: 
                          impl: str, timeout: float) -> str | None:
     """Record the crash or timeout; return the exercise it happened in (None: before any test)."""
     timed_out = run.ended in ("timeout", "startup timeout")
-    environment = False
     outcome = Outcome.TIMED_OUT if timed_out else Outcome.CRASHED
     status = Status.TIMED_OUT if timed_out else Status.CRASHED
     if run.ended == "startup timeout":
@@ -631,10 +601,8 @@ def _record_abnormal_end(result: RunResult, run: _Process, pending: list, root: 
         # the machine failed, not the learner (the exercise is an environment error)
         why = ("the grader's sandbox did not start (the machine's fault, not yours; grade "
                f"again): {run.stderr.strip()[-400:]}")
-        environment = True
+        status = Status.ENVIRONMENT_ERROR
     elif run.ended == "learner gone":
-        from grading.core.faults import Ended, kind_of, sentence
-
         code = learner_exit_status(run.stderr, pending[0].id) if len(pending) == 1 else None
         if code is None:
             why = ("the process running your code ended in the middle of this test (a crash in C "
@@ -645,18 +613,12 @@ def _record_abnormal_end(result: RunResult, run: _Process, pending: list, root: 
     else:
         module = pending[0].module if run.warm and len(pending) == 1 else None
         why = _crash_description(run, root, impl, module)
-    if environment:
-        status = Status.ENVIRONMENT_ERROR
     culprit = run.running
-    exercise = exercise_of_test(result, culprit) if culprit else run.last_exercise
+    test = next(t for t in result.tests if t.nodeid == culprit) if culprit else None
+    exercise = test.exercise if test else run.last_exercise
     if culprit:
-        test = next(t for t in result.tests if t.nodeid == culprit)
         record = TestRecord.placeholder(test, outcome, f"{outcome}: {why}")
-        if environment:
-            from dataclasses import replace
-
-            from grading.core.recorder import ENVIRONMENT_FAULT
-
+        if status is Status.ENVIRONMENT_ERROR:
             record = replace(record, outcome=Outcome.ERROR, diagnosis=ENVIRONMENT_FAULT)
         result.results[culprit] = record
     if exercise is None:  # it died before running any test of this run
@@ -669,7 +631,3 @@ def _record_abnormal_end(result: RunResult, run: _Process, pending: list, root: 
     _mark_unrecorded(result, [e for e in pending if e.id == exercise], Outcome.NOT_RUN,
                      f"not run: the test process {outcome} in {name}")
     return exercise
-
-
-def exercise_of_test(result: RunResult, nodeid: str) -> str | None:
-    return next((t.exercise for t in result.tests if t.nodeid == nodeid), None)

@@ -1,52 +1,33 @@
-"""The sandbox of a submission's learner side (Linux, bubblewrap).
+"""The sandbox of a submission's learner side (Linux, bubblewrap); docs/security.md says what
+it gives and the threat model.
 
 The learner's server (:mod:`kata.serve.server`, started by :mod:`grading.box.learner_box`)
-runs under ``bwrap``; the tests never do (they run on the trusted side):
+runs under ``bwrap``; the tests never do (they run on the trusted side). :meth:`Sandbox.mounts`
+shows it the system's folders (:data:`SYSTEM_FOLDERS`) and what Python and the kata need, all
+read-only; hides (an empty, read-only folder over them) the instructor's home and kata, the
+editable install's folder and every submission of the batch; and gives it only a private
+``/tmp`` and ``/dev/shm`` (tmpfs, capped) to write, the learner's folder read-only at
+``/tmp/kata``. :meth:`Sandbox.command` adds no network, its own PID namespace,
+``--die-with-parent``, no capability and an **unprivileged uid** (:data:`UNPRIVILEGED`) even
+when the grader runs as root (then without a user namespace, which would map the sandbox's uid
+to root outside). A cgroup per submission (v1 or v2, where one can be made) caps its processes
+(:data:`MAX_PROCESSES`) and memory over all of them; where none can be made each process gets
+``RLIMIT_NPROC`` and ``RLIMIT_AS``, and :attr:`Sandbox.caps` says so in the reports.
+``RLIMIT_FSIZE`` caps every file. Only the variables the kata reads are passed in, never one
+that names a secret (:data:`SECRET_WORDS`); its streams and channels are pipes.
 
-* the system's folders (:data:`SYSTEM_FOLDERS`: ``/usr``, ``/etc``, ``/opt`` ...) are visible
-  **read-only**, with a new ``/dev`` and a ``/proc`` that shows only the sandbox's own
-  processes; nothing else of the machine is there (no home folders, no ``/work`` or ``/srv``,
-  so no other copy of the kata and its solutions);
-* what Python and the learner's side need is bound in, read-only: the interpreter, the virtual
-  environment, the converted model cache, and of the Hugging Face cache only the folders of the
-  models the kata loads (never its ``token`` file);
-* **hidden** (an empty, read-only folder mounted over them) where they would otherwise show
-  through one of those: the instructor's home, the instructor's kata folder (so
-  solutions), the folder the editable install points to, the batch's work folder (other
-  submissions' copies), every submission given to the batch and the folders holding them;
-* the **only writable places** are a private ``/tmp`` (a tmpfs capped at :data:`TMP_MB` MiB) and
-  a private ``/dev/shm`` (a tmpfs capped at :data:`SHM_MB` MiB), both gone with the sandbox; the
-  learner's folder sits in ``/tmp``, read-only, at ``/tmp/kata``;
-* no network, its own PID namespace (whatever it starts, a ``setsid`` double fork included,
-  dies with it), ``--die-with-parent``, no capability, and an **unprivileged uid**
-  (:data:`UNPRIVILEGED`) even when the grader runs as root (then without a user namespace, which
-  would map the sandbox's uid to root outside);
-* **caps per submission**: a cgroup (v1 or v2, where this machine lets the grader create one)
-  holds every process of the submission, with ``pids.max`` :data:`MAX_PROCESSES` and the memory
-  limit over all of them. Where no cgroup can be made, each process gets ``RLIMIT_AS`` (the
-  memory limit) and ``RLIMIT_NPROC`` (the process cap), and :attr:`Sandbox.caps` says so; the
-  reports carry that sentence;
-* ``RLIMIT_FSIZE`` caps every file a process writes.
-
-A batch graded as root forks each submission's server from one warm parent instead of starting
-it in the sandbox (:mod:`kata.serve.zygote`, :class:`grading.box.learner_box.LearnerZygote`):
-the submission's sandbox is made as below, with a placeholder process in it, and the parent's
-child joins its cgroup and namespaces and takes its uid and limits (:meth:`Sandbox.limits`, one
-definition for both) before any learner file is imported. The parent itself runs in a sandbox of
-:meth:`Sandbox.command` (``warm_parent=True``) with no submission in it: the same folders, root
-kept and the machine's process tree (joining a process tree needs both).
-
-The sandbox holds no file of the machine open for writing: its standard streams and its
-channels to the trusted side are pipes. It never sees the grader's environment either: only the
-variables the kata reads are passed on, never one that names a secret (:data:`SECRET_WORDS`).
+A batch graded as root forks each submission's server from one warm parent
+(:mod:`kata.serve.zygote`, :class:`grading.box.learner_box.LearnerZygote`), itself in a sandbox
+of :meth:`Sandbox.command` (``warm_parent=True``: root kept and the machine's process tree, which
+joining a sandbox needs): the submission's sandbox is made with a placeholder in it, and the
+parent's child joins its cgroup and namespaces and takes its uid and limits
+(:meth:`Sandbox.limits`, one definition for both) before any learner file is imported.
 
 Where no sandbox can be made (a container whose seccomp profile forbids user namespaces, as
-Gradescope's may), a grader run as root still keeps the trust boundary with :class:`Unprivileged`:
-the learner's server runs as a user of its own that owns nothing of the machine, in a session of
-its own, with the same per-process caps and the same filtered environment, in a cgroup where one
-can be made; every process of that user is killed when the submission is done. What it does not
-give: a private view of the machine's folders (it reads what any user may read) and a cap on
-/tmp and /dev/shm over all files (each file is capped). The reports say so.
+Gradescope's may), a grader run as root keeps the trust boundary with :class:`Unprivileged`: a
+user of its own, a session of its own, the same per-process caps and environment, a cgroup where
+one can be made, and every process of that user killed at the end. It gives no private view of
+the machine's folders and no cap on /tmp and /dev/shm over all files; the reports say so.
 """
 
 from __future__ import annotations
@@ -54,12 +35,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable
 
 #: Processes (and threads) a submission may have at once.
 MAX_PROCESSES = 64
@@ -138,7 +123,8 @@ def bwrap_path() -> str | None:
 
 
 @lru_cache(maxsize=1)
-def _probe() -> tuple[bool, str]:
+def sandbox_available() -> tuple[bool, str]:
+    """``(True, path of bwrap)``, or ``(False, why not)``. Tried once per process."""
     if not sys.platform.startswith("linux"):
         return False, f"the sandbox needs Linux (bubblewrap); this is {sys.platform}"
     path = bwrap_path()
@@ -159,11 +145,6 @@ def _probe() -> tuple[bool, str]:
                        "may be disabled (sysctl kernel.unprivileged_userns_clone or "
                        "user.max_user_namespaces)")
     return True, path
-
-
-def sandbox_available() -> tuple[bool, str]:
-    """``(True, path of bwrap)``, or ``(False, why not)``. Tried once per process."""
-    return _probe()
 
 
 # --------------------------------------------------------------------------- cgroups
@@ -201,6 +182,29 @@ def _mounts() -> dict[str, str]:
     return found
 
 
+def _kill_until_none_left(pids_left: Callable[[], set[int]]) -> None:
+    """SIGKILL every process ``pids_left()`` names, again until it names none (or, briefly,
+    while new ones keep appearing)."""
+    for _ in range(50):
+        pids = pids_left()
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.05)
+
+
+def _remove_folders(folders: list[Path]) -> None:
+    for folder in reversed(folders):
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
+
+
 @dataclass
 class Cgroup:
     """The cgroup(s) that hold every process of one submission."""
@@ -211,33 +215,20 @@ class Cgroup:
 
     def remove(self) -> None:
         self.kill()
-        for folder in self.folders:
-            try:
-                folder.rmdir()
-            except OSError:
-                pass
+        _remove_folders(self.folders)
 
     def kill(self) -> None:
         """Kill every process in the cgroup (and wait, briefly, until none is left)."""
-        import signal
+        _kill_until_none_left(self._pids)
 
-        for _ in range(50):
-            pids = set()
-            for procs in self.procs_files:
-                try:
-                    pids |= {int(p) for p in procs.read_text().split()}
-                except OSError:
-                    pass
-            if not pids:
-                break
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            import time
-
-            time.sleep(0.05)
+    def _pids(self) -> set[int]:
+        pids = set()
+        for procs in self.procs_files:
+            try:
+                pids |= {int(p) for p in procs.read_text().split()}
+            except OSError:
+                pass
+        return pids
 
 
 def _make_v1(memory_bytes: int, name: str) -> Cgroup | None:
@@ -264,11 +255,7 @@ def _make_v1(memory_bytes: int, name: str) -> Cgroup | None:
             raise OSError("no memory cgroup")
         return Cgroup(made, procs, what)
     except OSError:
-        for folder in reversed(made):
-            try:
-                folder.rmdir()
-            except OSError:
-                pass
+        _remove_folders(made)
         return None
 
 
@@ -290,15 +277,12 @@ def _make_v2(memory_bytes: int, name: str) -> Cgroup | None:
         what = f"at most {MAX_PROCESSES} processes (cgroup v2)"
         if memory_bytes:
             (folder / "memory.max").write_text(str(memory_bytes))
-            (folder / "memory.swap.max").write_text("0") if (
-                folder / "memory.swap.max").exists() else None
+            if (folder / "memory.swap.max").exists():
+                (folder / "memory.swap.max").write_text("0")
             what += f", {memory_bytes // 2**20} MiB of memory over all its processes (cgroup v2)"
         return Cgroup([folder], [folder / "cgroup.procs"], what)
     except OSError:
-        try:
-            folder.rmdir()
-        except OSError:
-            pass
+        _remove_folders([folder])
         return None
 
 
@@ -335,45 +319,109 @@ def _needed_paths() -> list[str]:
     return sorted(p for p in paths if os.path.exists(p))
 
 
+def _hf_home() -> str:
+    return os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface")
+
+
 def _model_folders() -> list[str]:
     """The Hugging Face cache's folders of the models the kata loads (GPT-2 where cached):
     never the whole cache, which holds the token file."""
     from kata.models import cached_gpt2_id
 
-    hf = os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface")
-    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(hf, "hub")
-    found = []
+    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(_hf_home(), "hub")
     model_id = cached_gpt2_id()
     if model_id:
         folder = os.path.join(hub, "models--" + model_id.replace("/", "--"))
         if os.path.isdir(folder):
-            found.append(_real(folder))
-    return found
+            return [_real(folder)]
+    return []
 
 
 def editable_sources() -> list[str]:
     """Folders an editable install of the kata points to (where the solutions also live)."""
-    found = []
     from importlib import metadata
 
-    for name in ("hidden-states-kata",):
-        try:
-            text = metadata.distribution(name).read_text("direct_url.json") or ""
-            url = json.loads(text).get("url", "")
-        except Exception:  # noqa: BLE001 - not installed, or not from a folder
-            continue
-        if url.startswith("file://"):
-            found.append(_real(url[len("file://"):]))
-    return found
+    try:
+        text = metadata.distribution("hidden-states-kata").read_text("direct_url.json") or ""
+        url = json.loads(text).get("url", "")
+    except Exception:  # noqa: BLE001 - not installed, or not from a folder
+        return []
+    return [_real(url[len("file://"):])] if url.startswith("file://") else []
 
 
 def _under(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
+def _open_models_to_others():
+    """The model cache, readable by the learner's uid (a grader run as root); returns it."""
+    from kata.models import cache_dir, make_readable
+
+    cache = cache_dir()
+    if cache.is_dir():  # e.g. a `mktemp -d` folder (0700), as CI makes
+        os.chmod(cache, os.stat(cache).st_mode | 0o755)
+    for folder in cache.glob("smollm2-*"):
+        if folder.is_dir() and not folder.name.startswith("."):
+            make_readable(folder)
+    return cache
+
+
+class _LearnerSide:
+    """What a :class:`Sandbox` and an :class:`Unprivileged` share: the submission's cgroup (or
+    none), the per-process caps of :data:`_INNER`, the filtered environment, the kill at the
+    end. Subclasses are dataclasses with ``memory_limit_mb``, ``cgroup`` and ``caps``, and name
+    the learner's uid (``_uid``)."""
+
+    memory_limit_mb: int
+    cgroup: Cgroup | None
+
+    def limits(self) -> dict[str, int]:
+        """What every process of this submission is held to: ``memory`` (RLIMIT_AS, bytes; 0
+        for none), ``processes`` (RLIMIT_NPROC where no cgroup counts them; 0 for none),
+        ``fsize`` (RLIMIT_FSIZE, bytes) and ``uid`` (-1: the user namespace's own)."""
+        # The address-space limit stays even under a memory cgroup: one runaway allocation then
+        # fails with a MemoryError the learner can read, instead of a kill.
+        return {"memory": self.memory_limit_mb * 2**20,
+                "processes": 0 if self.cgroup is not None else MAX_PROCESSES,
+                "fsize": MAX_FILE_MB * 2**20, "uid": self._uid()}
+
+    def _capped(self, python: str, limits: dict[str, int], folder: str,
+                command: list[str]) -> list[str]:
+        """``command`` run by ``_INNER`` in ``folder``, as ``limits`` say."""
+        return [python, "-c", _INNER, str(limits["memory"]), str(limits["processes"]),
+                str(limits["fsize"]), str(limits["uid"]), folder, *command]
+
+    def _in_cgroup(self, command: list[str]) -> list[str]:
+        """``command`` run by ``_OUTER``, which first joins the submission's cgroup."""
+        files = os.pathsep.join(map(str, self.cgroup.procs_files)) if self.cgroup else ""
+        return [sys.executable, "-c", _OUTER, files, *command]
+
+    def _environment(self, env: dict[str, str], **fixed: str) -> dict[str, str]:
+        """The variables of ``env`` the kata reads, never a secret, and ``fixed``."""
+        from kata.models import cache_dir
+
+        kept = {k: v for k, v in env.items()
+                if (k in PASSED_VARIABLES or k.startswith(PASSED_PREFIXES))
+                and not any(word in k.upper() for word in SECRET_WORDS)}
+        kept.update(KATA_CACHE=_real(cache_dir()), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+                    PYTHONNOUSERSITE="1", **fixed)
+        return kept
+
+    def kill_all(self) -> None:
+        """Kill every process of this submission that is still there."""
+        if self.cgroup is not None:
+            self.cgroup.kill()
+
+    def close(self) -> None:
+        self.kill_all()
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
+
+
 @dataclass
-class Sandbox:
+class Sandbox(_LearnerSide):
     """How to run one submission's processes; one per submission (it owns the cgroup)."""
 
     bwrap: str
@@ -381,7 +429,6 @@ class Sandbox:
     memory_limit_mb: int = 0
     cgroup: Cgroup | None = None
     caps: str = ""
-    extra_ro: list[str] = field(default_factory=list)
 
     @classmethod
     def create(cls, hide: list, memory_limit_mb: int = 0, use_cgroup: bool = True) -> Sandbox:
@@ -389,14 +436,7 @@ class Sandbox:
         if not ok:
             raise RuntimeError(f"no sandbox: {where}")
         if os.geteuid() == 0:  # the learner's code runs as another user: it must read the models
-            from kata.models import cache_dir, make_readable
-
-            cache = cache_dir()
-            if cache.is_dir():  # e.g. a `mktemp -d` folder (0700), as CI makes
-                os.chmod(cache, os.stat(cache).st_mode | 0o755)
-            for folder in cache.glob("smollm2-*"):
-                if folder.is_dir() and not folder.name.startswith("."):
-                    make_readable(folder)
+            _open_models_to_others()
         hidden = {_real(Path.home())} | {_real(h) for h in hide} | set(editable_sources())
         hidden = {h for h in hidden if h not in _SYSTEM_DIRS and os.path.exists(h)}
         cgroup = make_cgroup(memory_limit_mb) if use_cgroup else None
@@ -414,21 +454,14 @@ class Sandbox:
                  f"{SHM_MB} MiB")
         return cls(where, sorted(hidden), memory_limit_mb, cgroup, caps)
 
-    def kill_all(self) -> None:
-        """Kill every process of this submission's sandbox that is still there."""
-        if self.cgroup is not None:
-            self.cgroup.kill()
+    def _uid(self) -> int:  # the unprivileged uid when the grader is root
+        return UNPRIVILEGED if os.geteuid() == 0 else -1
 
     def root_of(self, folder: Path) -> str:
         """Where the learner's folder is, as the sandbox's processes see it."""
         return INSIDE_ROOT
 
-    def close(self) -> None:
-        if self.cgroup is not None:
-            self.cgroup.remove()
-            self.cgroup = None
-
-    def mounts(self, kata_copy: Path, inputs: dict[str, Path]) -> list[str]:
+    def mounts(self, kata_copy: Path) -> list[str]:
         """bwrap's arguments: the system's folders read-only, hidden folders, what the kata
         needs bound back read-only, the private /tmp; nothing else of the machine."""
         args = ["--dev", "/dev", "--proc", "/proc",
@@ -441,9 +474,13 @@ class Sandbox:
                 args += ["--ro-bind", folder, folder]
         visible = [f for f in SYSTEM_FOLDERS if os.path.isdir(f) and not os.path.islink(f)]
         hides = []
+
+        def out_of_sight(path: str) -> bool:  # not visible anyway, or already hidden
+            return not any(_under(path, v) for v in visible) or any(_under(path, h) for h in hides)
+
         for path in sorted(self.hidden, key=lambda p: (p.count("/"), p)):
-            if not any(_under(path, v) for v in visible) or any(_under(path, h) for h in hides):
-                continue  # not visible anyway, or already hidden
+            if out_of_sight(path):
+                continue
             hides.append(path)
             if os.path.isdir(path):
                 args += ["--perms", "0755", "--tmpfs", path]
@@ -451,12 +488,11 @@ class Sandbox:
                 args += ["--ro-bind", "/dev/null", path]
         made: set[str] = set()  # folders made so far inside the sandbox
         bound: list[str] = []  # folders bound so far
-        for path in sorted(_needed_paths() + self.extra_ro, key=lambda p: (p.count("/"), p)):
-            if not any(_under(path, v) for v in visible) or any(_under(path, h) for h in hides):
+        for path in sorted(_needed_paths(), key=lambda p: (p.count("/"), p)):
+            if out_of_sight(path):
                 # its parents, made first and traversable (bwrap would make them 0700, which
                 # the unprivileged uid cannot enter)
-                for parent in reversed(Path(path).parents[:-1] if len(Path(path).parts) > 1
-                                       else []):
+                for parent in reversed(Path(path).parents[:-1]):
                     parent = str(parent)
                     if parent not in made and not any(_under(parent, b)
                                                       for b in bound + visible + hides):
@@ -465,43 +501,17 @@ class Sandbox:
                 args += ["--ro-bind", path, path]
                 bound.append(path)
         args += ["--ro-bind", _real(kata_copy), INSIDE_ROOT]
-        for inside, outside in inputs.items():
-            args += ["--ro-bind", _real(outside), inside]
         for path in hides:
             if os.path.isdir(path):
                 args += ["--remount-ro", path]
         return args + ["--remount-ro", "/"]
 
     def environment(self, env: dict[str, str]) -> dict[str, str]:
-        from kata.models import cache_dir
+        hf_home = {"HF_HOME": _hf_home()} if _model_folders() else {}
+        return self._environment(env, HOME="/tmp/home", TMPDIR="/tmp", PYTHONPATH=INSIDE_ROOT,
+                                 MPLCONFIGDIR="/tmp/home/.matplotlib", **hf_home)
 
-        kept = {k: v for k, v in env.items()
-                if (k in PASSED_VARIABLES or k.startswith(PASSED_PREFIXES))
-                and not any(word in k.upper() for word in SECRET_WORDS)}
-        if _model_folders():
-            kept["HF_HOME"] = os.environ.get("HF_HOME") or os.path.join(
-                os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface")
-        kept.update(HOME="/tmp/home", TMPDIR="/tmp", PYTHONPATH=INSIDE_ROOT,
-                    KATA_CACHE=_real(cache_dir()), HF_HUB_OFFLINE="1",
-                    TRANSFORMERS_OFFLINE="1", MPLCONFIGDIR="/tmp/home/.matplotlib",
-                    PYTHONNOUSERSITE="1")
-        return kept
-
-    def limits(self, memory_limit_mb: int | None = None) -> dict[str, int]:
-        """What every process of this sandbox is held to: ``memory`` (RLIMIT_AS, bytes; 0 for
-        none), ``processes`` (RLIMIT_NPROC where no cgroup counts them; 0 for none), ``fsize``
-        (RLIMIT_FSIZE, bytes) and ``uid`` (the unprivileged uid when the grader is root, else
-        -1: the user namespace's own)."""
-        memory = self.memory_limit_mb if memory_limit_mb is None else memory_limit_mb
-        # The address-space limit stays even under a memory cgroup: one runaway allocation then
-        # fails with a MemoryError the learner can read, instead of a kill.
-        return {"memory": memory * 2**20,
-                "processes": 0 if self.cgroup is not None else MAX_PROCESSES,
-                "fsize": MAX_FILE_MB * 2**20,
-                "uid": UNPRIVILEGED if os.geteuid() == 0 else -1}
-
-    def command(self, command: list[str], kata_copy: Path, inputs: dict[str, Path],
-                memory_limit_mb: int | None = None, info_fd: int | None = None,
+    def command(self, command: list[str], kata_copy: Path, info_fd: int | None = None,
                 warm_parent: bool = False) -> list[str]:
         """``command`` (its paths already inside: /tmp/kata) wrapped in the sandbox.
 
@@ -510,7 +520,7 @@ class Sandbox:
         (the namespaces of each submission's sandbox must be below it) and root kept, so that
         it can fork a process into each submission's sandbox; only for a grader run as root.
         """
-        limits = self.limits(memory_limit_mb)
+        limits = self.limits()
         python = os.path.join(_real(sys.prefix), "bin", os.path.basename(sys.executable))
         if command and command[0] == sys.executable:
             command = [python, *command[1:]]
@@ -519,8 +529,6 @@ class Sandbox:
             raise RuntimeError("a warm parent of learners' servers needs a grader run as root")
         if warm_parent:  # root, and no process cap: its children take their sandbox's own
             limits.update(uid=-1, processes=0)
-        inner = [python, "-c", _INNER, str(limits["memory"]), str(limits["processes"]),
-                 str(limits["fsize"]), str(limits["uid"]), INSIDE_ROOT, *command]
         if root:
             # As root, a user namespace would map the sandbox's uid to root outside, which owns
             # /etc/shadow. Instead: no user namespace, and the shim inside becomes an
@@ -532,19 +540,18 @@ class Sandbox:
             isolation = ["--unshare-all", "--cap-drop", "ALL"]
         if info_fd is not None:
             isolation += ["--info-fd", str(info_fd)]
-        wrapped = [self.bwrap, *self.mounts(kata_copy, inputs), *isolation,
-                   "--die-with-parent", "--new-session",
-                   "--hostname", "kata-sandbox", "--chdir", "/tmp", "--", *inner]
-        cgroup_files = os.pathsep.join(map(str, self.cgroup.procs_files)) if self.cgroup else ""
-        return [sys.executable, "-c", _OUTER, cgroup_files, *wrapped]
+        return self._in_cgroup([self.bwrap, *self.mounts(kata_copy), *isolation,
+                                "--die-with-parent", "--new-session", "--hostname",
+                                "kata-sandbox", "--chdir", "/tmp", "--",
+                                *self._capped(python, limits, INSIDE_ROOT, command)])
 
 
 # --------------------------------------------------------------------------- without a sandbox
 
 
-def _processes_of(uid: int) -> list[int]:
+def _processes_of(uid: int) -> set[int]:
     """The ids of every process whose real uid is ``uid``."""
-    found = []
+    found = set()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
@@ -553,7 +560,7 @@ def _processes_of(uid: int) -> list[int]:
                 continue
             line = next((x for x in status.splitlines() if x.startswith("Uid:")), "")
             if line.split()[1:2] == [str(uid)]:
-                found.append(int(entry.name))
+                found.add(int(entry.name))
     return found
 
 
@@ -585,7 +592,7 @@ def _free_uid() -> int:
 
 
 @dataclass
-class Unprivileged:
+class Unprivileged(_LearnerSide):
     """How to run one submission's learner side where no sandbox can be made: as a uid of its
     own, in a session of its own, with the sandbox's per-process caps (see the module's
     docstring for what it gives and what it does not). Only for a grader run as root."""
@@ -601,14 +608,7 @@ class Unprivileged:
         if os.geteuid() != 0:
             raise RuntimeError("grading without a sandbox as another user needs a grader run "
                                "as root")
-        from kata.models import cache_dir, make_readable
-
-        cache = cache_dir()
-        if cache.is_dir():
-            os.chmod(cache, os.stat(cache).st_mode | 0o755)
-        for folder in cache.glob("smollm2-*"):
-            if folder.is_dir() and not folder.name.startswith("."):
-                make_readable(folder)
+        cache = _open_models_to_others()
         closed = closed_to_others([sys.executable, sys.prefix, sys.base_prefix, str(cache)])
         if closed:
             raise RuntimeError(
@@ -617,8 +617,6 @@ class Unprivileged:
                 "kata's Python or models are inside it; install them where every user may read "
                 "them (Gradescope's setup.sh does)")
         uid = _free_uid()
-        import tempfile
-
         home = Path(tempfile.mkdtemp(prefix="kata-learner-home-"))
         os.chown(home, uid, uid)
         cgroup = make_cgroup(memory_limit_mb)
@@ -632,31 +630,17 @@ class Unprivileged:
         caps += f"; files at most {MAX_FILE_MB} MiB; no private /tmp or /dev/shm"
         return cls(uid, home, memory_limit_mb, cgroup, caps)
 
-    def limits(self, memory_limit_mb: int | None = None) -> dict[str, int]:
-        memory = self.memory_limit_mb if memory_limit_mb is None else memory_limit_mb
-        return {"memory": memory * 2**20,
-                "processes": 0 if self.cgroup is not None else MAX_PROCESSES,
-                "fsize": MAX_FILE_MB * 2**20, "uid": self.uid}
+    def _uid(self) -> int:
+        return self.uid
 
-    def command(self, command: list[str], kata_copy: Path, inputs: dict[str, Path],
-                memory_limit_mb: int | None = None, info_fd: int | None = None) -> list[str]:
+    def command(self, command: list[str], kata_copy: Path) -> list[str]:
         """``command`` run as the learner's uid with its caps, in ``kata_copy``."""
-        limits = self.limits(memory_limit_mb)
-        inner = [sys.executable, "-c", _INNER, str(limits["memory"]), str(limits["processes"]),
-                 str(limits["fsize"]), str(limits["uid"]), str(kata_copy), *command]
-        cgroup_files = os.pathsep.join(map(str, self.cgroup.procs_files)) if self.cgroup else ""
-        return [sys.executable, "-c", _OUTER, cgroup_files, *inner]
+        return self._in_cgroup(self._capped(sys.executable, self.limits(), str(kata_copy),
+                                            command))
 
     def environment(self, env: dict[str, str]) -> dict[str, str]:
-        from kata.models import cache_dir
-
-        kept = {k: v for k, v in env.items()
-                if (k in PASSED_VARIABLES or k.startswith(PASSED_PREFIXES))
-                and not any(word in k.upper() for word in SECRET_WORDS)}
-        kept.update(HOME=str(self.home), TMPDIR=str(self.home), KATA_CACHE=_real(cache_dir()),
-                    HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONNOUSERSITE="1",
-                    MPLCONFIGDIR=str(self.home / ".matplotlib"))
-        return kept
+        return self._environment(env, HOME=str(self.home), TMPDIR=str(self.home),
+                                 MPLCONFIGDIR=str(self.home / ".matplotlib"))
 
     def root_of(self, folder: Path) -> str:
         """Where the learner's folder is, as its processes see it: where it is."""
@@ -664,23 +648,9 @@ class Unprivileged:
 
     def kill_all(self) -> None:
         """Kill every process of the learner's uid (a daemon's double fork included)."""
-        import signal
-
-        if self.cgroup is not None:
-            self.cgroup.kill()
-        for _ in range(3):
-            pids = _processes_of(self.uid)
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            if not pids:
-                return
+        super().kill_all()
+        _kill_until_none_left(lambda: _processes_of(self.uid))
 
     def close(self) -> None:
-        self.kill_all()
-        if self.cgroup is not None:
-            self.cgroup.remove()
-            self.cgroup = None
+        super().close()
         shutil.rmtree(self.home, ignore_errors=True)

@@ -22,13 +22,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import stat
 import tempfile
+import threading
 import time
 import traceback
 import zipfile
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
@@ -37,7 +40,8 @@ from grading.core.declarations import Exercise, handed_out_files
 from grading.core.faults import CALL_SECONDS
 from grading.core.records import ExerciseResult, Status, SubmissionResult
 from grading.core.results import summarize
-from grading.box.runner import run_tests
+from grading.box.runner import (STOP, RunResult, fresh_secret_seed, run_tests, stopping,
+                                trusted_environment)
 
 #: What the trusted side's copy takes from the instructor's kata (never a learner's file, and
 #: never an exercise's answer files: :func:`grading.core.declarations.handed_out_files`).
@@ -212,8 +216,6 @@ class SharedTrustedSide:
         """Copy the kata into ``folder``, start the batch's warm worker on the copy, and plan
         the one run of the stubs the submissions at ``paths`` hand in untouched."""
         from grading.box.batch_worker import BatchWorker
-        from grading.box.runner import trusted_environment
-
         shared = cls(folder / "kata", folder / "references")
         build_trusted_copy(instructor_root, shared.root)
         shared.references.mkdir()
@@ -323,7 +325,6 @@ def grade_submission(path: Path, name: str, instructor_root: Path, exercises: li
     (else a copy of the kata and a worker of its own). With a batch's trusted side, the
     exercises handed in untouched take the batch's one run of the stubs
     (:mod:`grading.box.untouched`)."""
-    from grading.box.runner import RunResult
     from grading.box.untouched import copy_exercises
 
     started = time.monotonic()
@@ -352,50 +353,35 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "submission"
 
 
-def _grader_failure(name: str, exercises: list[Exercise], error: BaseException) -> SubmissionResult:
-    """Whatever went wrong, the submission still gets a row, and the batch goes on."""
-    message = "the grader itself failed on this submission: " + "".join(
-        traceback.format_exception_only(type(error), error)).strip()
+def _ungraded(name: str, exercises: list[Exercise], message: str) -> SubmissionResult:
+    """A row for a submission the batch could not grade: every exercise an error saying why."""
     return SubmissionResult(name, tuple(ExerciseResult(e, Status.ERROR, (), message)
                                         for e in exercises))
+
+
+def _grader_failure(name: str, exercises: list[Exercise], error: BaseException) -> SubmissionResult:
+    """Whatever went wrong, the submission still gets a row, and the batch goes on."""
+    return _ungraded(name, exercises, "the grader itself failed on this submission: " + "".join(
+        traceback.format_exception_only(type(error), error)).strip())
 
 
 INTERRUPTED = "not graded: the batch was interrupted (Ctrl-C or SIGTERM) before it got here"
 
 
-class _StopOnSignal:
+@contextmanager
+def _stop_on_signal():
     """The first Ctrl-C or SIGTERM stops the batch cleanly: the submissions being graded stop at
     once (their processes, sandboxes and folders removed), the rest are not started, and every
     result so far is kept (:func:`grading.box.runner.stopping` says whether it happened)."""
-
-    def __init__(self):
-        self.previous = {}
-
-    def __enter__(self):
-        import signal
-        import threading
-
-        if threading.current_thread() is threading.main_thread():
-            for number in (signal.SIGINT, signal.SIGTERM):
-                self.previous[number] = signal.signal(number, self._stop)
-        return self
-
-    def _stop(self, number, frame):
-        from grading.box.runner import request_stop
-
-        request_stop()
-
-    def __exit__(self, *exc):
-        import signal
-
-        for number, handler in self.previous.items():
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for number in (signal.SIGINT, signal.SIGTERM):
+            previous[number] = signal.signal(number, lambda number, frame: STOP.set())
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
             signal.signal(number, handler)
-        return False
-
-
-def _not_graded(name: str, exercises: list[Exercise]) -> SubmissionResult:
-    return SubmissionResult(name, tuple(ExerciseResult(e, Status.ERROR, (), INTERRUPTED)
-                                        for e in exercises))
 
 
 def refuse_unchecked(exercises: list[Exercise], instructor_root: Path) -> None:
@@ -404,19 +390,17 @@ def refuse_unchecked(exercises: list[Exercise], instructor_root: Path) -> None:
     functions: points could then be earned with prepared answers, or lost to another function."""
     from grading.core.declarations import DeclarationError, unchecked_functions, weak_checks
 
-    gaps = [f"{e.id}: {', '.join(unchecked_functions(e, instructor_root))}" for e in exercises
-            if unchecked_functions(e, instructor_root)]
-    if gaps:
-        raise DeclarationError(
-            "batch grading needs a secret check (@secret_check in the exercise's test files, "
-            "course/shared/secret.py) for every public function; none for " + "; ".join(gaps))
-    weak = [f"{e.id}: {', '.join(weak_checks(e, instructor_root))}" for e in exercises
-            if weak_checks(e, instructor_root)]
-    if weak:
-        raise DeclarationError(
-            "batch grading needs every secret check to confirm one function on at least one "
-            "input no table can hold (a random model, text, tensor or token ids: "
-            "course/shared/secret.py); these do not: " + "; ".join(weak))
+    for names, why in (
+            (unchecked_functions, "batch grading needs a secret check (@secret_check in the "
+             "exercise's test files, course/shared/secret.py) for every public function; none "
+             "for "),
+            (weak_checks, "batch grading needs every secret check to confirm one function on at "
+             "least one input no table can hold (a random model, text, tensor or token ids: "
+             "course/shared/secret.py); these do not: ")):
+        gaps = [f"{e.id}: {', '.join(names(e, instructor_root))}" for e in exercises
+                if names(e, instructor_root)]
+        if gaps:
+            raise DeclarationError(why + "; ".join(gaps))
 
 
 def grade_batch(paths: list[Path], instructor_root: Path, exercises: list[Exercise],
@@ -427,10 +411,6 @@ def grade_batch(paths: list[Path], instructor_root: Path, exercises: list[Exerci
 
     Results come back in the order of ``paths``. One submission's failure never stops the rest.
     """
-    from dataclasses import replace
-
-    from grading.box.runner import fresh_secret_seed
-
     refuse_unchecked(exercises, instructor_root)
     prepare_shared_model_cache()
     names = submission_names(paths)
@@ -448,17 +428,14 @@ def grade_batch(paths: list[Path], instructor_root: Path, exercises: list[Exerci
         options = replace(options, hide=(*options.hide, *sorted(others)))
     if not options.lanes:
         options = replace(options, lanes=default_lanes(jobs))
-    from grading.box.runner import allow_runs, stopping
-
-    allow_runs()  # a batch stopped before in this process does not stop this one
+    STOP.clear()  # a batch stopped before in this process does not stop this one
     batch_work = Path(tempfile.mkdtemp(prefix="kata-batch-"))
     os.chmod(batch_work, 0o755)  # each learner's folder in it is bound in for an unprivileged uid
-    stop = _StopOnSignal()
     shared = None
     try:
         shared = SharedTrustedSide.start(instructor_root, exercises, batch_work / "trusted",
                                          options, paths)
-        with stop, ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        with _stop_on_signal(), ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             futures = {
                 pool.submit(_unless_stopped, grade_submission, path, name, instructor_root,
                             exercises, options, batch_work, shared): name
@@ -478,17 +455,15 @@ def grade_batch(paths: list[Path], instructor_root: Path, exercises: list[Exerci
         if not options.keep:
             shutil.rmtree(batch_work, ignore_errors=True)
     for name in names:
-        results.setdefault(name, _not_graded(name, exercises))
+        results.setdefault(name, _ungraded(name, exercises, INTERRUPTED))
     return [results[name] for name in names]
 
 
 def _unless_stopped(grade, path, name, instructor_root, exercises, options, batch_work, shared):
     """Grade one submission, unless the batch was stopped before its turn came."""
-    from grading.box.runner import stopping
-
     if stopping():
-        return _not_graded(name, exercises)
+        return _ungraded(name, exercises, INTERRUPTED)
     result = grade(path, name, instructor_root, exercises, options, batch_work, shared)
     if stopping():  # stopped while it ran: what it got so far is not its grade
-        return _not_graded(name, exercises)
+        return _ungraded(name, exercises, INTERRUPTED)
     return result

@@ -65,9 +65,8 @@ def worth_a_run(stubs: dict[str, bytes], submissions: Iterable[dict[str, bytes]]
 def cleanly_graded(run: RunResult, exercise_id: str) -> bool:
     """Whether ``run`` recorded every test of the exercise and they ended in a graded status."""
     tests = [t for t in run.tests if t.exercise == exercise_id]
-    if not tests or exercise_id in run.problems:
-        return False
-    if any(t.nodeid not in run.results for t in tests):
+    complete = tests and all(t.nodeid in run.results for t in tests)
+    if not complete or exercise_id in run.problems:
         return False
     status, _ = exercise_status([run.results[t.nodeid] for t in tests])
     return status in GRADED

@@ -2,26 +2,22 @@
 
 ``python -m grading.box.worker`` runs an instructor's tests on a submission, outside the
 submission's sandbox: the learner's functions run in the sandbox (:mod:`kata.serve.server`),
-reached over channels per exercise (``--remote EX=READ_FD,WRITE_FD;...``, one per learner
-process the exercise may use, :mod:`kata.serve.channel`); this process runs only
-the kata's own code (:mod:`grading.box.remote`). It
+reached over channels per exercise (one per learner process the exercise may use,
+:mod:`kata.serve.channel`); this process runs only the kata's own code
+(:mod:`grading.box.remote`). Its one argument is a :class:`WorkerArgs`, as JSON. It
 
 1. imports pytest, torch, transformers, the kata's plugin and test support, and loads the
-   session models the instructor's test files ask for (``tiny_gpt2``, ``smollm2``) once;
-2. then, for each exercise, **forks a child** that runs that exercise's test file in a pytest
-   session of its own, in-process, with the recorder plugin writing to the record file and the
-   ``ex`` fixture calling into the sandbox. ``--lanes N`` children run at once;
-3. keeps each exercise's clock: it starts when the child's first test starts (the child sends
-   one byte down a pipe), and a child out of time is killed. It writes how each child ended:
-   ``child_done``, or ``child_died`` with ``how`` (crash, timeout, startup timeout, or
-   ``learner gone`` when the learner's process ended in the middle of a test) and the signal or
-   exit status, with the child's wall and CPU seconds. The grader outside
-   (:func:`grading.box.runner.run_tests`) turns these into records (the running test "timed
-   out" or "crashed", the rest "not run").
+   session models the instructor's test files ask for, once (:func:`warm_up`);
+2. forks, for each exercise, a child that runs its test file in a pytest session of its own,
+   with the recorder writing to the record file; ``lanes`` children run at once;
+3. keeps each exercise's clock, from the child's first test (one byte down a pipe), and kills a
+   child out of time. It writes how each child ended: ``child_done``, or ``child_died`` with
+   ``how`` (crash, timeout, startup timeout, or ``learner gone`` when the learner's process
+   ended in the middle of a test), the signal or exit status, and its wall and CPU seconds;
+   :func:`grading.box.runner.run_tests` turns these into records. ``worker_done`` comes last.
 
 Nothing of the learner's runs in this process or its children, so nothing here needs defending
-from it: the records it writes are the grade. The worker writes ``{"event": "worker_done"}``
-last.
+from it: the records it writes are the grade.
 
 A batch runs one such worker for all its submissions (``--serve FD``, :func:`serve`, started by
 :class:`grading.box.batch_worker.BatchWorker`): it warms up once, then, for each submission the
@@ -29,8 +25,8 @@ grader asks for over the socket ``FD`` (a :class:`WorkerArgs` and its descriptor
 the channels to that submission's sandbox), forks a child that runs :func:`main` as a worker of
 its own would, in its own process group, and says when each child ends and how.
 
-It parses its own few arguments (:func:`main`) because only the grader's runner starts it, in a
-process of its own; no person types it, so it is not a subcommand of ``grader.py``.
+It parses its own few arguments (:func:`_command_line`) because only the grader starts it, in
+a process of its own; no person types it, so it is not a subcommand of ``grader.py``.
 """
 
 from __future__ import annotations
@@ -38,14 +34,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import signal
 import socket
 import sys
 import time
+import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kata.serve import PR_SET_DUMPABLE, PR_SET_PDEATHSIG, close_all, prctl
+from kata.serve import PR_SET_DUMPABLE, PR_SET_PDEATHSIG, close_all, format_pairs, prctl
 
 #: the child's exit status when its pytest session returned normally: NORMAL_EXIT + pytest's code
 NORMAL_EXIT = 100
@@ -71,16 +69,8 @@ class WorkerArgs:
     pytest: list[str] = field(default_factory=list)  # pytest's own options
 
     def argv(self) -> list[str]:
-        """The arguments :func:`main` parses."""
-        args = ["--record", self.record, "--impl", self.impl, "--deselect", self.deselect,
-                "--basetemp", self.basetemp, "--timeout", str(self.timeout),
-                "--startup", str(self.startup), "--lanes", str(max(1, self.lanes)),
-                "--tests", *[f"{e}={path}" for e, path in self.tests]]
-        if self.remote:
-            from kata.serve import format_pairs
-
-            args += ["--remote", *[f"{e}={format_pairs(pairs)}" for e, pairs in self.remote.items()]]
-        return args + ["--", *self.pytest]
+        """The worker's command line: its message and the descriptors it inherits, as JSON."""
+        return [json.dumps([self.to_message(), self.fds()])]
 
     def fds(self) -> list[int]:
         """The channels' descriptors, in the order :meth:`to_message` numbers them."""
@@ -132,8 +122,10 @@ def _python_texts(paths: list[str]) -> list[str]:
     return texts
 
 
-def warm_up(test_files: list[str]) -> None:
-    """Everything a test session would import or load first, done once."""
+def warm_up(test_files: list[str]) -> dict:
+    """Everything a test session would import or load first, done once; then this process
+    cannot be inspected (not dumpable). Its wall and CPU seconds."""
+    started = time.time()
     import pytest  # noqa: F401
 
     from kata.session_models import threads_before_forking
@@ -153,24 +145,34 @@ def warm_up(test_files: list[str]) -> None:
             session_model(name)
         except Exception:  # noqa: BLE001 - the test that needs it reports the fault itself
             pass
+    prctl(PR_SET_DUMPABLE, 0)
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return {"seconds": round(time.time() - started, 2),
+            "cpu": round(own.ru_utime + own.ru_stime, 2)}
 
 
-def _fork(run, close_fds: tuple[int, ...]) -> int:
+def _fork(run, close_fds: tuple[int, ...], group: bool = False) -> int:
     """Fork a child that closes ``close_fds`` and runs ``run()``, then ends without cleanup; it
-    dies with this worker (a grader killed outright leaves no exercise's child behind)."""
+    dies with this worker (a grader killed outright leaves no exercise's child behind). With
+    ``group``, it leads a process group of its own."""
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid:
+        if group:
+            try:
+                os.setpgid(pid, pid)  # here too: the grader may kill the group before it runs
+            except OSError:
+                pass
         return pid
     code = 1
     try:
+        if group:
+            os.setpgid(0, 0)
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # killed when its parent ends
         close_all(close_fds)
         code = run()
     except BaseException:  # noqa: BLE001 - whatever the child did, it ends here
-        import traceback
-
         traceback.print_exc()
         code = 1
     finally:
@@ -216,8 +218,8 @@ def _run_tests(exercise_id: str, test_file: str, args, clock_fd: int, remote: st
 class _Lane:
     """One forked child: what it runs, and its clock."""
 
-    def __init__(self, exercise: str, kind: str, clock_fd: int | None, limit: float):
-        self.exercise, self.kind, self.clock_fd = exercise, kind, clock_fd
+    def __init__(self, exercise: str, clock_fd: int | None, limit: float):
+        self.exercise, self.clock_fd = exercise, clock_fd
         self.forked = time.monotonic()
         self.clock: float | None = None  # when its first test started
         self.limit = limit  # seconds before the first test
@@ -284,30 +286,12 @@ def _schedule(jobs: list, lanes: int, start, finished, timeout: float) -> None:
             finished(lane, status, why)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(args: WorkerArgs) -> int:
+    """Grade ``args.tests``, each exercise in a forked child, ``args.lanes`` at a time."""
     from grading.box.remote import LEARNER_GONE  # a test process's status when the learner's went away
 
-    parser = argparse.ArgumentParser(prog="grading.box.worker")
-    parser.add_argument("--record", required=True)
-    parser.add_argument("--impl", required=True)
-    parser.add_argument("--deselect", required=True)
-    parser.add_argument("--basetemp", required=True)
-    parser.add_argument("--tests", nargs="*", default=[], metavar="EX=FILE")
-    parser.add_argument("--remote", nargs="*", default=[], metavar="EX=READ_FD,WRITE_FD;...",
-                        help="each exercise's channels to the learner's sandbox")
-    parser.add_argument("--timeout", type=float, default=60.0)
-    parser.add_argument("--startup", type=float, default=90.0,
-                        help="seconds a child may take to start its first test")
-    parser.add_argument("--lanes", type=int, default=1, help="children at a time")
-    parser.add_argument("pytest", nargs="*")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-
-    started = time.time()
-    tests = [item.split("=", 1) for item in args.tests]
-    remote = dict(item.split("=", 1) for item in args.remote)
-    channel_fds = {int(fd) for spec in remote.values() for fd in spec.replace(";", ",").split(",")}
-    warm_up([path for _, path in tests])
-    prctl(PR_SET_DUMPABLE, 0)
+    channel_fds = set(args.fds())
+    warm = warm_up([path for _, path in args.tests])
     record = open(args.record, "a", encoding="utf-8")
 
     def note(event: str, **fields) -> None:
@@ -315,28 +299,23 @@ def main(argv: list[str] | None = None) -> int:
                      + "\n")
         record.flush()
 
-    import resource
-
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    note("warm", seconds=round(time.time() - started, 2),
-         cpu=round(own.ru_utime + own.ru_stime, 2))
-    lanes = max(1, args.lanes)
+    note("warm", **warm)
 
     def start_tests(job):
         exercise_id, test_file = job
         note("exercise", exercise=exercise_id)
         read_end, write_end = os.pipe()
-        mine = {int(fd) for fd in remote[exercise_id].replace(";", ",").split(",")} \
-            if exercise_id in remote else set()
+        pairs = args.remote.get(exercise_id, [])
+        mine = {fd for pair in pairs for fd in pair}
         pid = _fork(lambda: _run_tests(exercise_id, test_file, args, write_end,
-                                       remote.get(exercise_id)),
+                                       format_pairs(pairs) if pairs else None),
                     (read_end, *sorted(channel_fds - mine)))
         os.close(write_end)
         for fd in mine:  # the child holds this exercise's channel now
             os.close(fd)
             channel_fds.discard(fd)
         os.set_blocking(read_end, False)
-        return pid, _Lane(exercise_id, "tests", read_end, args.startup)
+        return pid, _Lane(exercise_id, read_end, args.startup)
 
     def finished(lane, status, why):
         times = {"seconds": lane.seconds, "cpu": lane.cpu}
@@ -349,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
             note("child_died", exercise=lane.exercise, how=why or "crash", **_describe(status),
                  **times)
 
-    _schedule(tests, lanes, start_tests, finished, args.timeout)
+    _schedule(args.tests, max(1, args.lanes), start_tests, finished, args.timeout)
     note("worker_done")
     record.close()
     os._exit(0)
@@ -377,35 +356,14 @@ def _send(channel: socket.socket, message: dict) -> None:
     channel.send(json.dumps(message).encode("utf-8"))
 
 
-def _fork_submission(channel: socket.socket, args: WorkerArgs, error_log: int) -> int:
-    """A child in a process group of its own that runs :func:`main` on ``args`` (its standard
-    output nowhere, its standard error into ``error_log``); returns its pid."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid:
-        try:
-            os.setpgid(pid, pid)  # also here: the grader may kill the group before the child runs
-        except OSError:
-            pass
-        return pid
-    code = 1
-    try:
-        os.setpgid(0, 0)
-        channel.close()
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # killed when its parent ends
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
-        os.dup2(error_log, 2)
-        os.close(devnull)
-        os.close(error_log)
-        code = main(args.argv())
-    except BaseException:  # noqa: BLE001 - whatever happened, the child ends here
-        import traceback
-
-        traceback.print_exc()
-    finally:
-        os._exit(code)
+def _submission(args: WorkerArgs, error_log: int) -> int:
+    """:func:`main` on ``args`` in a forked child, its standard output nowhere and its standard
+    error into ``error_log``."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(error_log, 2)
+    close_all((devnull, error_log))
+    return main(args)
 
 
 def _reap(channel: socket.socket, children: set[int]) -> None:
@@ -431,14 +389,8 @@ def serve(channel_fd: int, test_files: list[str], record: str | None = None) -> 
     ``{"spawned": id, "pid"}`` per request and ``{"exited": pid, "returncode"}`` per child.
     When the grader closes the socket (or dies), every child's process group is killed.
     """
-    import resource
-
-    started = time.time()
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # killed when its parent ends
-    warm_up(test_files)
-    prctl(PR_SET_DUMPABLE, 0)
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    warm = {"seconds": round(time.time() - started, 2), "cpu": round(own.ru_utime + own.ru_stime, 2)}
+    warm = warm_up(test_files)
     if record:
         with open(record, "a", encoding="utf-8") as handle:
             handle.write(json.dumps({"event": "batch_warm", "time": round(time.time(), 3), **warm})
@@ -463,7 +415,7 @@ def serve(channel_fd: int, test_files: list[str], record: str | None = None) -> 
         try:
             request = json.loads(data)
             args = WorkerArgs.from_message(request["args"], fds[1:])
-            pid = _fork_submission(channel, args, fds[0])
+            pid = _fork(lambda: _submission(args, fds[0]), (channel.fileno(),), group=True)
         except Exception as error:  # noqa: BLE001 - a request it cannot run: say so, go on
             _send(channel, {"spawned": request.get("id") if isinstance(request, dict) else None,
                             "error": f"{type(error).__name__}: {error}"[:500]})
@@ -475,7 +427,11 @@ def serve(channel_fd: int, test_files: list[str], record: str | None = None) -> 
                 os.close(fd)
 
 
-def _serve_main(argv: list[str]) -> int:
+def _command_line(argv: list[str]) -> int:
+    """``--serve FD --record FILE --tests EX=FILE ...``: a batch's worker (:func:`serve`); else
+    one submission's, its arguments as :meth:`WorkerArgs.argv` wrote them."""
+    if argv[:1] != ["--serve"]:
+        return main(WorkerArgs.from_message(*json.loads(argv[0])))
     parser = argparse.ArgumentParser(prog="grading.box.worker --serve")
     parser.add_argument("--serve", type=int, required=True, metavar="FD")
     parser.add_argument("--record", default=None)
@@ -485,4 +441,4 @@ def _serve_main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_serve_main(sys.argv[1:]) if "--serve" in sys.argv[1:2] else main())
+    sys.exit(_command_line(sys.argv[1:]))

@@ -78,12 +78,16 @@ def kind_of(ended: Ended, memory_limit_mb: int = 0) -> tuple[str, str]:
             and ended.max_rss_mb >= MEMORY_SHARE * memory_limit_mb:
         return OUT_OF_MEMORY, f"it used {ended.max_rss_mb:.0f} MiB of the {memory_limit_mb} allowed"
     if ended.signal is not None:
-        try:
-            name = signal.Signals(ended.signal).name
-        except ValueError:
-            name = f"signal {ended.signal}"
-        return CRASHED, name
+        return CRASHED, signal_name(ended.signal)
     return EXITED, f"exit status {ended.code}"
+
+
+def signal_name(number: int) -> str:
+    """``SIGSEGV`` for 11; ``signal 99`` for a number no signal has."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def sentence(kind: str, function: str | None, detail: str = "", again: bool = False) -> str:

@@ -718,7 +718,7 @@ def test_the_learners_side_holds_no_answer(tmp_path):
                         print(path)
     ''')
     try:
-        command = sandbox.command([sys.executable, "-c", walk], box, {})
+        command = sandbox.command([sys.executable, "-c", walk], box)
         done = subprocess.run(command, env=sandbox.environment(dict(os.environ)),
                               capture_output=True, text=True, timeout=120)
     finally:
@@ -758,7 +758,7 @@ def test_a_sandboxed_process_can_import_the_learner_kit_and_the_exercise_files_o
         print(json.dumps({"tops": tops, "imports": tried}))
     ''')
     try:
-        command = sandbox.command([sys.executable, "-c", probe], box, {})
+        command = sandbox.command([sys.executable, "-c", probe], box)
         done = subprocess.run(command, env=sandbox.environment(dict(os.environ)),
                               capture_output=True, text=True, timeout=120)
     finally:

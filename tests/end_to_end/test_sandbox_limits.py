@@ -52,7 +52,7 @@ def _probe(box, probe: str, *args: str, timeout: float = 60) -> dict:
     kata = Path(tempfile.mkdtemp(prefix="kata-limits-"))  # the learner's folder, empty here
     os.chmod(kata, 0o755)  # entered by the learner's uid
     try:
-        command = box.command([sys.executable, "-c", textwrap.dedent(probe), *args], kata, {})
+        command = box.command([sys.executable, "-c", textwrap.dedent(probe), *args], kata)
         done = subprocess.run(command, env=box.environment(dict(os.environ)),
                               capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL)
