@@ -1,26 +1,18 @@
-"""One exercise's check: exit status 0 when it is done, 1 when it is not.
+"""One exercise graded alone: ``python grader.py check N`` (exit status 0 when it is done, a
+pass/fail autograder step) and each step of the Classroom workflow (:mod:`grading.views.classroom`).
 
-This is what a pass/fail autograder step runs per exercise (a command grader gives the step its
-points when the command exits 0; the kata's own Classroom workflow gives partial credit per test
-instead, with :func:`grade_exercise` underneath, see :mod:`grading.views.classroom`)::
-
-    python grader.py check 2          # exercise 2 of the learner's exercises/
-
-It grades the learner's ``exercises/`` where they are, with the grader's runner (time limit,
-crash and memory handling), and prints the exercise's row, its first failure and a hint. It only
-needs the kata's ``kata/``, ``course/`` and ``exercises/``, never an exercise's solution, so it runs in a
-template repository that does not ship them. Exit status 2: the command line was wrong (it is
-:mod:`grading.views.cli`'s).
+It grades with the grader's runner (time limit, crash and memory handling) and needs only the
+kata's ``kata/``, ``course/`` and ``exercises/``, never an exercise's solution, so it runs in a
+template repository that does not ship them.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from grading.core.declarations import load_exercises
 
-from grading.views import learner, reports
+from grading.views import learner
 from grading.core.records import SubmissionResult
 from grading.box.submissions import (GradingOptions, grade_batch, grade_in_place,
                                      prepare_shared_model_cache)
@@ -45,14 +37,3 @@ def grade_exercise(number: int | str, root: Path | None = None, impl: str = "exe
         return grade_in_place(root, [exercise], impl, options)
     [result] = grade_batch([root], root, [exercise], options)
     return result
-
-
-def check_exercise(number: int | str, root: Path | None = None, impl: str = "exercises",
-                   timeout: float = DEFAULT_TIMEOUT, quiet: bool = False) -> int:
-    """Grade exercise ``number`` and return 0 when it is done, else 1; print where it stands."""
-    result = grade_exercise(number, root, impl, timeout)
-    row = result.exercises[0]
-    if not quiet:
-        print(reports.exercise_summary(result, learner.hint_levels(Path(root or ROOT)), impl))
-        sys.stdout.flush()
-    return 0 if row.done else 1

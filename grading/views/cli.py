@@ -1,20 +1,10 @@
 """The kata's one command line: every command a person types is a subcommand of ``grader.py``.
 
-    learners      status (the default), hint, watch, figures, reset, check
-    instructors   batch, classroom, gradescope-bundle, cpus
-    autograders   classroom-step (a step of the generated Classroom workflow),
-                  gradescope-run (what the Gradescope bundle's run_autograder runs)
-    maintainers   generate, requirements
-
 Each command's arguments are parsed here, once (:func:`build_parser`), and its handler calls the
-module that does the work with plain values; those modules parse nothing.
-``python grader.py --help`` lists the commands by who types them, and
-``python grader.py COMMAND --help`` describes one.
-
-Only the processes the grader starts itself parse arguments of their own (the warm worker, the
-sandboxed server, the figures child), and so does ``kata/requirements.py --floors``, which
-set-up runs with the system Python before anything is installed; ``tests/grader/test_cli.py``
-keeps that list and fails on any other parser.
+module that does the work with plain values. Only the processes the grader starts itself parse
+arguments of their own (the warm worker, the sandboxed server, the figures child), and so does
+``kata/requirements.py --floors``, which set-up runs with the system Python before anything is
+installed; ``tests/grader/test_cli.py`` keeps that list and fails on any other parser.
 """
 
 from __future__ import annotations
@@ -83,9 +73,13 @@ def _add_impl(parser):
                         help="your exercises/ (default) or the reference solutions")
 
 
-def _add_limits(parser, batch: bool):
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
-                        help=f"wall-clock limit for each exercise's tests (default {DEFAULT_TIMEOUT:g})")
+def _add_timeout(parser, default: float, what: str = "each exercise's tests"):
+    parser.add_argument("--timeout", type=float, default=default, metavar="SECONDS",
+                        help=f"wall-clock limit for {what} (default {default:g})")
+
+
+def _add_limits(parser, batch: bool = False):
+    _add_timeout(parser, DEFAULT_TIMEOUT)
     default = f"{DEFAULT_BATCH_MEMORY_MB}" if batch else "none"
     parser.add_argument("--memory-limit", type=int, default=None, metavar="MB",
                         help="address-space limit of each test process in MiB; 0 for none "
@@ -110,12 +104,13 @@ def _add_reports(parser):
                              "gets <name>.json each)")
 
 
-def _add_exercise(parser, timeout: float | None = None):
-    """The exercise N, and with ``timeout`` its tests' time limit (``--timeout``)."""
+def _add_exercise(parser):
     parser.add_argument("exercise", metavar="N", help="the exercise: 1, ex1 or its module name")
-    if timeout is not None:
-        parser.add_argument("--timeout", type=float, default=timeout, metavar="SECONDS",
-                            help=f"wall-clock limit for the exercise's tests (default {timeout:g})")
+
+
+def _add_exercise_ids(parser):
+    parser.add_argument("--exercises", default=None, metavar="IDS",
+                        help="grade only these exercises, comma-separated (default: all)")
 
 
 def _sha256(value: str) -> str:
@@ -123,11 +118,6 @@ def _sha256(value: str) -> str:
     if len(value) != 64 or any(c not in "0123456789abcdefABCDEF" for c in value):
         raise argparse.ArgumentTypeError(f"not a SHA-256 (64 hex digits): {value[:80]!r}")
     return value.lower()
-
-
-def _add_exercise_ids(parser):
-    parser.add_argument("--exercises", default=None, metavar="IDS",
-                        help="grade only these exercises, comma-separated (default: all)")
 
 
 def _command_listing(summaries: dict[str, str], columns: int = 100) -> str:
@@ -149,56 +139,52 @@ def build_parser() -> Parser:
                                      prog="grader.py", help=argparse.SUPPRESS)
     summaries: dict[str, str] = {}
 
-    def command(name: str, summary: str) -> Parser:
+    def command(name: str, summary: str, *options) -> Parser:
+        """The parser of command ``name``, with the shared ``options`` (``_add_*``) added."""
         summaries[name] = summary
-        return commands.add_parser(name, description=summary[0].upper() + summary[1:] + ".")
+        made = commands.add_parser(name, description=summary[0].upper() + summary[1:] + ".")
+        for add in options:
+            add(made)
+        return made
 
     # ------------------------------------------------------------------ learners
-    status = command("status", "where you stand, the next failing test and a hint (the default)")
-    _add_impl(status)
-    _add_limits(status, batch=False)
-    _add_reports(status)
+    command("status", "where you stand, the next failing test and a hint (the default)",
+            _add_impl, _add_limits, _add_reports)
 
-    hint = command("hint", "the next hint for exercise N, one level more each time")
-    _add_exercise(hint)
+    hint = command("hint", "the next hint for exercise N, one level more each time",
+                   _add_exercise, _add_impl)
     hint.add_argument("function", metavar="FUNCTION", nargs="?",
                       help="the function to help with (default: the one whose test fails first)")
-    _add_impl(hint)
 
-    watch = command("watch", "grade again each time you save an exercise file")
+    watch = command("watch", "grade again each time you save an exercise file",
+                    _add_impl, _add_limits)
     watch.add_argument("--warm", action="store_true",
                        help="keep one process with the models loaded and re-run only the saved "
                             "exercise's tests in it (about a second; no time limit: Ctrl-C "
                             "stops an endless loop)")
-    _add_impl(watch)
-    _add_limits(watch, batch=False)
 
-    figures = command("figures", "draw the kata's figures with your functions into DIR")
+    figures = command("figures", "draw the kata's figures with your functions into DIR",
+                      _add_impl)
     figures.add_argument("out", metavar="DIR", type=Path, help="folder for the figures")
     figures.add_argument("--model", default=None,
                          help="auto (default: GPT-2 if cached, else SmolLM2), gpt2, smollm2, "
                               "tiny-gpt2")
-    figures.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT * 3, metavar="SECONDS",
-                         help=f"wall-clock limit for drawing (default {DEFAULT_TIMEOUT * 3:g})")
-    _add_impl(figures)
+    _add_timeout(figures, DEFAULT_TIMEOUT * 3, "drawing")
 
     reset = command("reset", "restore exercise N's untouched stub (your file is kept in "
-                             "exercises/.backup/)")
-    _add_exercise(reset)
+                             "exercises/.backup/)", _add_exercise)
     reset.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
 
     check = command("check", "grade exercise N only; exit status 0 when it is done (a "
-                             "pass/fail autograder step)")
-    _add_exercise(check, timeout=CHECK_TIMEOUT)
-    _add_impl(check)
+                             "pass/fail autograder step)", _add_exercise, _add_impl)
+    _add_timeout(check, CHECK_TIMEOUT, "the exercise's tests")
 
     # ------------------------------------------------------------------ instructors
-    batch = command("batch", "grade submissions (folders or zips) in isolation")
+    batch = command("batch", "grade submissions (folders or zips) in isolation", _add_reports)
     batch.add_argument("submissions", metavar="SUBMISSION", nargs="+", type=Path)
     batch.add_argument("-j", "--jobs", type=int, default=1,
                        help="submissions graded in parallel (default 1)")
     _add_limits(batch, batch=True)
-    _add_reports(batch)
     batch.add_argument("--lanes", type=int, default=0, metavar="N",
                        help="exercises graded at once within each submission (forked children "
                             "of its warm worker; default: the CPU cores divided by --jobs)")
@@ -221,19 +207,17 @@ def build_parser() -> Parser:
                                 "variants, mistakes or maintainer tests)")
 
     bundle = command("gradescope-bundle", "build the Gradescope autograder zip (without "
-                                          "solutions)")
+                                          "solutions)", _add_exercise_ids, _add_call_timeout)
     bundle.add_argument("zip", metavar="ZIP", type=Path,
                         help="the zip to write, e.g. autograder.zip")
-    _add_exercise_ids(bundle)
-    _add_call_timeout(bundle)
 
     command("cpus", "how many CPUs the grader may use here (a container's quota, not the host's "
                     "cores; KATA_CPUS overrides it), which sets batch's default --lanes")
 
     # ------------------------------------------------------------------ autograders
     step = command("classroom-step", "grade exercise N as a step of the Classroom workflow and "
-                                     "write the step's result for the reporter")
-    _add_exercise(step, timeout=STEP_TIMEOUT)
+                                     "write the step's result for the reporter", _add_exercise)
+    _add_timeout(step, STEP_TIMEOUT, "the exercise's tests")
     step.add_argument("--output", type=Path, default=None, metavar="FILE",
                       help="the file to append result=... to (default: $GITHUB_OUTPUT; without "
                            "either, the result's JSON is printed)")
@@ -242,18 +226,15 @@ def build_parser() -> Parser:
                            "file still exactly that is 'not started' without running its tests")
 
     run = command("gradescope-run", "grade ROOT/submission and write ROOT/results/results.json "
-                                    "(what the bundle's run_autograder runs)")
+                                    "(what the bundle's run_autograder runs)",
+                  _add_exercise_ids, _add_call_timeout)
     run.add_argument("--root", type=Path, default=None, metavar="ROOT",
                      help="Gradescope's folder, holding source/ and submission/ (default: "
                           "$KATA_AUTOGRADER_ROOT, else /autograder)")
-    _add_exercise_ids(run)
-    run.add_argument("--timeout", type=float, default=GRADESCOPE_TIMEOUT, metavar="SECONDS",
-                     help="wall-clock limit for each exercise's tests "
-                          f"(default {GRADESCOPE_TIMEOUT:g})")
+    _add_timeout(run, GRADESCOPE_TIMEOUT)
     run.add_argument("--memory-limit", type=int, default=GRADESCOPE_MEMORY_MB, metavar="MB",
                      help="address-space limit of each test process in MiB "
                           f"(default {GRADESCOPE_MEMORY_MB})")
-    _add_call_timeout(run)
 
     # ------------------------------------------------------------------ maintainers
     command("generate", "write what is generated from course/: the stubs in exercises/, the "
@@ -286,17 +267,6 @@ def normalise(argv: list[str]) -> list[str]:
 # --------------------------------------------------------------------------- learners
 
 
-def _options(args, batch: bool) -> GradingOptions:
-    memory = args.memory_limit
-    if memory is None:
-        memory = DEFAULT_BATCH_MEMORY_MB if batch else 0
-    return GradingOptions(timeout=args.timeout, memory_limit_mb=memory,
-                          call_seconds=getattr(args, "call_timeout", CALL_SECONDS),
-                          keep=getattr(args, "keep", False),
-                          sandbox=batch and not getattr(args, "no_sandbox", False),
-                          lanes=max(0, getattr(args, "lanes", 0) or 0))
-
-
 def _write_files(args, results, several: bool = False) -> None:
     if getattr(args, "json", None):
         reports.write_atomically(args.json, reports.json_report(results))
@@ -316,9 +286,10 @@ def _environment_ok(quick: bool) -> bool:
     return not problems
 
 
-def _grade_once(args, root: Path) -> int:
+def status(args, root: Path) -> int:
+    prepare_shared_model_cache()
     exercises = load_exercises()
-    options = _options(args, batch=False)
+    options = GradingOptions(timeout=args.timeout, memory_limit_mb=args.memory_limit or 0)
     if not _environment_ok(quick=True):
         return 2
     print(f"Grading {args.impl}/ ...", file=sys.stderr, flush=True)
@@ -337,11 +308,6 @@ def _grade_once(args, root: Path) -> int:
     return 0 if result.all_done else 1
 
 
-def status(args, root: Path) -> int:
-    prepare_shared_model_cache()
-    return _grade_once(args, root)
-
-
 def hint(args, root: Path) -> int:
     exercise = learner.find_exercise(load_exercises(), args.exercise)
     print(learner.reveal_next_hint(root, exercise, args.function, args.impl))
@@ -353,8 +319,13 @@ def watch(args, root: Path) -> int:
         from grading.views.warm import watch as warm_watch
 
         return warm_watch(root, load_exercises(), args.impl)
-    prepare_shared_model_cache()
-    return learner.watch(root, load_exercises(), args.impl, lambda: _grade_once(args, root))
+
+    def grade(changed) -> int:
+        graded = status(args, root)
+        print("\nWatching the exercise files; save a file to re-grade, Ctrl-C to stop.", flush=True)
+        return graded
+
+    return learner.watch(root, load_exercises(), args.impl, grade)
 
 
 def _refuse_a_file(path: Path) -> None:
@@ -391,10 +362,11 @@ def reset(args, root: Path) -> int:
 
 
 def check(args, root: Path) -> int:
-    from grading.views.check import check_exercise
+    from grading.views.check import grade_exercise
 
-    learner.find_exercise(load_exercises(), args.exercise)  # a clear error for a wrong N
-    return check_exercise(args.exercise, root, args.impl, args.timeout)
+    result = grade_exercise(args.exercise, root, args.impl, args.timeout)
+    print(reports.exercise_summary(result, learner.hint_levels(root), args.impl), flush=True)
+    return 0 if result.exercises[0].done else 1
 
 
 # --------------------------------------------------------------------------- instructors
@@ -402,7 +374,10 @@ def check(args, root: Path) -> int:
 
 def batch(args, root: Path) -> int:
     exercises = load_exercises()
-    options = _options(args, batch=True)
+    memory = DEFAULT_BATCH_MEMORY_MB if args.memory_limit is None else args.memory_limit
+    options = GradingOptions(timeout=args.timeout, memory_limit_mb=memory,
+                             call_seconds=args.call_timeout, keep=args.keep,
+                             sandbox=not args.no_sandbox, lanes=max(0, args.lanes))
     if options.sandbox:
         from grading.box.sandbox import sandbox_available
 
@@ -415,7 +390,7 @@ def batch(args, root: Path) -> int:
                 "the reports will say the batch ran unsandboxed.")
     if not _environment_ok(quick=False):
         return 2
-    if getattr(args, "canary", False):
+    if args.canary:
         from grading.box.preflight import canary
 
         print("Canary: grading the reference solutions first ...", flush=True)
@@ -429,7 +404,6 @@ def batch(args, root: Path) -> int:
     finished = []
     several = len(args.submissions) > 1
     started = time.monotonic()
-    # --- class report hook (grading.views.class_report) -----------------------------------
     class_report = None
     if args.report:
         from grading.views.class_report import ClassReport
@@ -487,18 +461,13 @@ def classroom(args, root: Path) -> int:
     return 0
 
 
-def _split_ids(text: str | None) -> list[str] | None:
-    """``"ex1, ex2"`` -> ``["ex1", "ex2"]``; None (every exercise) for none."""
+def _exercise_ids(text: str | None, checked: bool = True) -> list[str] | None:
+    """``"ex1, ex2"`` -> ``["ex1", "ex2"]``, each checked against the manifest when ``checked``;
+    None (every exercise) for none."""
     ids = [i.strip() for i in (text or "").split(",") if i.strip()]
-    return ids or None
-
-
-def _exercise_ids(text: str | None) -> list[str] | None:
-    """:func:`_split_ids`, each id checked against the manifest."""
-    ids = _split_ids(text)
-    for wanted in ids or []:
+    for wanted in ids if checked else []:
         learner.find_exercise(load_exercises(), wanted)
-    return ids
+    return ids or None
 
 
 def gradescope_bundle(args, root: Path) -> int:
@@ -530,7 +499,6 @@ def classroom_step(args, root: Path) -> int:
     from grading.core import sanitize
     from grading.views.classroom import grade_step
 
-    learner.find_exercise(load_exercises(), args.exercise)  # a clear error for a wrong N
     output = args.output
     if output is None and os.environ.get("GITHUB_OUTPUT"):
         output = Path(os.environ["GITHUB_OUTPUT"])
@@ -546,8 +514,9 @@ def gradescope_run(args, root: Path) -> int:
     from grading.views.gradescope import grade_for_gradescope
 
     autograder = args.root or Path(os.environ.get("KATA_AUTOGRADER_ROOT", "/autograder"))
-    result = grade_for_gradescope(autograder, _split_ids(args.exercises), args.timeout,
-                                  args.memory_limit, args.call_timeout)
+    ids = _exercise_ids(args.exercises, checked=False)  # ROOT/source's manifest, not this one
+    result = grade_for_gradescope(autograder, ids, args.timeout, args.memory_limit,
+                                  args.call_timeout)
     return 0 if result is not None else 1
 
 
@@ -579,11 +548,8 @@ def requirements(args, root: Path) -> int:
     return versions.print_floors() if args.floors else versions.report()
 
 
-HANDLERS = {"status": status, "hint": hint, "watch": watch, "figures": figures, "reset": reset,
-            "check": check, "batch": batch, "classroom": classroom,
-            "gradescope-bundle": gradescope_bundle, "cpus": cpus,
-            "classroom-step": classroom_step, "gradescope-run": gradescope_run,
-            "generate": generate, "requirements": requirements}
+#: Each command's handler: the function of its name (``gradescope-run``: :func:`gradescope_run`).
+HANDLERS = {name: globals()[name.replace("-", "_")] for name in COMMANDS}
 
 
 def main(argv=None, root: Path | None = None) -> int:

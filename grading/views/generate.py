@@ -45,14 +45,11 @@ def parse_percent(text: str) -> list[dict]:
         match = _CELL.match(line)
         if match:
             meta = match.group("meta").strip()
-            tags = []
-            if meta:
-                found = re.fullmatch(r"tags=(\[.*\])", meta)
-                if not found:
-                    raise ValueError(f"cannot read cell options {meta!r} (only tags=[...])")
-                tags = json.loads(found.group(1))
+            found = re.fullmatch(r"tags=(\[.*\])", meta)
+            if meta and not found:
+                raise ValueError(f"cannot read cell options {meta!r} (only tags=[...])")
             cells.append({"type": "markdown" if match.group("markdown") else "code",
-                          "lines": [], "tags": tags})
+                          "lines": [], "tags": json.loads(found.group(1)) if found else []})
         elif cells:
             cells[-1]["lines"].append(line)
     for cell in cells:
@@ -226,11 +223,6 @@ def with_tables(text: str, exercises) -> str:
     return _REGION.sub(fill, text)
 
 
-def documents(root: Path = ROOT) -> list[Path]:
-    """The documents that may hold generated tables: README.md and docs/*.md."""
-    return [Path(root) / "README.md", *sorted((Path(root) / "docs").glob("*.md"))]
-
-
 # --------------------------------------------------------------------------- all of it
 
 
@@ -247,7 +239,7 @@ def wanted_files(root: Path = ROOT) -> dict[Path, str]:
         except (OSError, SyntaxError, StubError) as error:
             raise GenerateError(f"{exercise.source('solutions')}: {error}") from None
         wanted[root / "notebooks" / f"{exercise.module}.ipynb"] = notebook_text(exercise, root)
-    for document in documents(root):
+    for document in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
         if document.is_file():
             wanted[document] = with_tables(document.read_text(encoding="utf-8"), exercises)
     return wanted

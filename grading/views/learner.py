@@ -151,13 +151,6 @@ def reveal_next_hint(root: Path, exercise: Exercise, function: str | None = None
     return "\n".join(lines)
 
 
-def reset_hints(root: Path, exercise: Exercise) -> None:
-    state = HintState.load(root)
-    state.levels.pop(exercise.id, None)
-    state.first_failing.pop(exercise.id, None)
-    state.save(root)
-
-
 # --------------------------------------------------------------------------- reset
 
 
@@ -174,10 +167,8 @@ def is_untouched(root: Path, exercise: Exercise) -> bool:
 
 
 def changed_last(root: Path, result, impl: str = "exercises") -> str | None:
-    """The exercise the learner is working on: of the exercises they began and have not
-    finished (not done, and not "not started", where every failure is still an untouched
-    stub), the one whose file was modified last. None when there is none (then "next" is the
-    first unfinished exercise)."""
+    """The exercise the learner is working on: of those begun and not done, the one whose file
+    was modified last (None when there is none)."""
     root = Path(root)
     latest, when = None, None
     for row in result.exercises:
@@ -218,7 +209,10 @@ def restore_stub(root: Path, exercise: Exercise) -> tuple[Path, Path | None]:
             backup = folder / f"{exercise.module}-{stamp}-{n}.py"
         shutil.copy2(target, backup)
     target.write_text(stub, encoding="utf-8")
-    reset_hints(root, exercise)
+    state = HintState.load(root)
+    state.levels.pop(exercise.id, None)
+    state.first_failing.pop(exercise.id, None)
+    state.save(root)
     return target, backup
 
 
@@ -226,33 +220,29 @@ def restore_stub(root: Path, exercise: Exercise) -> tuple[Path, Path | None]:
 
 
 def snapshot(root: Path, exercises: list[Exercise], impl: str) -> dict[str, float]:
-    """Modification times of the exercise files (a missing file counts as a change too)."""
-    times = {}
-    for exercise in exercises:
-        path = Path(root) / exercise.source(impl)
-        times[str(path)] = path.stat().st_mtime if path.exists() else -1.0
-    return times
+    """Modification times of the exercise files by exercise id (-1 for a missing file)."""
+    paths = {exercise.id: Path(root) / exercise.source(impl) for exercise in exercises}
+    return {id_: path.stat().st_mtime if path.exists() else -1.0 for id_, path in paths.items()}
 
 
-def watch(root: Path, exercises: list[Exercise], impl: str, grade: Callable[[], int]) -> int:
-    """Grade now, then again every time an exercise file changes; Ctrl-C stops.
+def watch(root: Path, exercises: list[Exercise], impl: str,
+          grade: Callable[[list[Exercise]], int], first: list[Exercise] | None = None) -> int:
+    """``grade(first)`` now (default: every exercise), then ``grade(changed)`` each time some
+    exercise files change, on a cleared terminal; Ctrl-C stops. Returns the last status.
 
-    Polls modification times once a second, so it needs no extra dependency and works on every
-    platform. Returns the exit status of the last grading.
+    Polls modification times once a second: no extra dependency, and every platform.
     """
     seen = snapshot(root, exercises, impl)
-    status = grade()
-    print("\nWatching the exercise files; save a file to re-grade, Ctrl-C to stop.", flush=True)
+    status = grade(first or exercises)
     try:
         while True:
             time.sleep(WATCH_POLL_SECONDS)
             now = snapshot(root, exercises, impl)
-            if now != seen:
-                seen = now
+            changed = [exercise for exercise in exercises if now[exercise.id] != seen[exercise.id]]
+            seen = now
+            if changed:
                 print("\033[2J\033[H", end="")  # clear the terminal
-                status = grade()
-                print("\nWatching the exercise files; save a file to re-grade, Ctrl-C to stop.",
-                      flush=True)
+                status = grade(changed)
     except KeyboardInterrupt:
         print()
     return status

@@ -32,7 +32,8 @@ class LearnerView:
     def __init__(self, config: pytest.Config, impl_dir: Path):
         self.root = config.rootpath
         self.impl_dir = impl_dir
-        self.not_started: Counter[tuple[str, str]] = Counter()  # (exercise file, function) -> tests
+        #: (exercise file, exercise number or None, function) -> tests that reached its stub
+        self.not_started: Counter[tuple[str, int | None, str]] = Counter()
         self.first_failure: str | None = None
 
     @pytest.hookimpl(tryfirst=True)
@@ -46,8 +47,8 @@ class LearnerView:
         if function is None:
             return None
         exercise = exercise_for_test_file(item.path, self.root)
-        source = exercise.source() if exercise is not None else str(self.impl_dir.name)
-        self.not_started[(source, function)] += 1
+        where = (exercise.source(), exercise.number) if exercise else (self.impl_dir.name, None)
+        self.not_started[(*where, function)] += 1
         captured = [(f"Captured {key} {when}", content)
                     for when, key, content in getattr(item, "_report_sections", ())]
         report = pytest.TestReport(
@@ -58,8 +59,7 @@ class LearnerView:
         return report
 
     def pytest_runtest_logreport(self, report):
-        if report.failed and not getattr(report, "kata_stub", None) \
-                and self.first_failure is None:
+        if report.failed and not getattr(report, "kata_stub", None) and not self.first_failure:
             self.first_failure = report.nodeid
 
     def pytest_report_teststatus(self, report, config):
@@ -72,21 +72,11 @@ class LearnerView:
             return
         write = terminalreporter.write_line
         terminalreporter.section("kata", sep="-")
-        for (_, function), count in self.not_started.items():
+        for (_, _, function), count in self.not_started.items():
             write(f"not started: {function}, {count} test{'s' * (count != 1)}")
         if self.first_failure is not None:
             write(f"next: fix the first failure above, {self.first_failure}")
         else:
-            source, function = next(iter(self.not_started))
-            number = _exercise_number(source)
+            source, number, function = next(iter(self.not_started))
             hint = f" ({grader_command(f'hint {number}')} for a hint)" if number else ""
             write(f"next: write {function} in {source}{hint}")
-
-
-def _exercise_number(source: str) -> int | None:
-    from grading.core.declarations import load_exercises
-
-    for exercise in load_exercises():
-        if exercise.source() == source:
-            return exercise.number
-    return None

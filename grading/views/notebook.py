@@ -1,26 +1,11 @@
-"""Helpers for the kata's notebooks (``notebooks/exN_*.ipynb``).
+"""Helpers for the kata's notebooks (``notebooks/exN_*.ipynb``), a second front end to the
+same exercises: the learner still writes the functions in ``exercises/``, the tests still judge.
 
-The notebooks are a second front end to the same exercises: the learner still writes the
-functions in ``exercises/``, and the tests stay the judge. A notebook calls
-
-* :func:`exercise` ``(n)``: the learner's module of exercise ``n`` (its solution when
-  ``KATA_IMPL=solutions``), re-imported whenever its file changes, so an edit saved in the
-  Jupyter editor is seen by the next cell that runs. Its functions are *guarded*: an untouched
-  stub prints "write `tokenize` in exercises/ex1_hidden_states.py first" instead of a traceback
-  and returns a :class:`Needs` placeholder; a later guarded call handed that placeholder prints
-  what it waits for and returns it again. So on untouched stubs every cell runs, and says which
-  function to write.
-* :func:`load_model`: ``kata.load_model`` that remembers the model, so :func:`expect` can print
-  "what you should see" for GPT-2, SmolLM2 or the tiny GPT-2.
-* :func:`show`: displays a matplotlib figure inline and closes it (any backend).
-* :func:`check` ``(n)``: grades exercise ``n`` with the grader's own machinery
-  (:func:`grading.box.runner.run_tests` in a time-limited child process forked from the
-  kernel's warm worker, then :func:`grading.core.results.summarize`) and returns a
-  :class:`CheckResult`, shown as a small HTML table in Jupyter.
-
-The notebooks' sources are each exercise's ``notebook.py`` (jupytext's percent format); the
-``.ipynb`` files are generated from them by ``python grader.py generate``
-(:mod:`grading.views.generate`), without outputs.
+:func:`exercise` gives the learner's module, re-imported when its file changes, its functions
+guarded (:func:`attempt`) so that on untouched stubs every cell runs and says which function to
+write; :func:`load_model` and :func:`expect` say "what you should see" for the model in use;
+:func:`check` grades an exercise with the grader's own machinery. The notebooks are generated
+from each exercise's ``notebook.py`` by ``python grader.py generate``.
 """
 
 from __future__ import annotations
@@ -30,11 +15,11 @@ import functools
 import html
 import importlib
 import os
-import re
 import shutil
 import sys
 import tempfile
 import textwrap
+import traceback
 from dataclasses import dataclass
 from collections.abc import Mapping
 from pathlib import Path
@@ -105,19 +90,14 @@ class Needs:
             raise AttributeError(name)
         return self
 
-    def __getitem__(self, key):
+    def _same(self, *args, **kwargs):
         return self
 
-    def _same(self, *args):
-        return self
-
-    # arithmetic and comparisons with a placeholder give the placeholder
+    # calls, items, arithmetic and comparisons with a placeholder give the placeholder
+    __call__ = __getitem__ = _same
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _same
     __truediv__ = __rtruediv__ = __matmul__ = __rmatmul__ = __pow__ = _same
     __neg__ = __abs__ = __lt__ = __le__ = __gt__ = __ge__ = _same
-
-    def __call__(self, *args, **kwargs):
-        return self
 
     def __iter__(self):
         return iter(())
@@ -146,21 +126,17 @@ def _first_needs(values) -> Needs | None:
 
 def _stub_source(error: BaseException, impl_dir: Path) -> str:
     """The exercise file (relative to the kata) whose stub raised ``error``."""
+    from kata.errors import exception_chain
+
     prefix = str(impl_dir.resolve()) + os.sep
-    last = None
-    while error is not None:
-        if isinstance(error, NotImplementedError):
-            tb = error.__traceback__
-            while tb is not None:
-                if str(Path(tb.tb_frame.f_code.co_filename).resolve()).startswith(prefix):
-                    last = tb.tb_frame.f_code.co_filename
-                tb = tb.tb_next
-            if last:
-                break
-        error = error.__cause__ or error.__context__
-    if last is None:
-        return f"{impl_dir.name}/"
-    return Path(last).resolve().relative_to(ROOT).as_posix()
+    for exc in exception_chain(error):
+        if isinstance(exc, NotImplementedError):
+            files = [str(Path(frame.f_code.co_filename).resolve())
+                     for frame, _ in traceback.walk_tb(exc.__traceback__)]
+            mine = [file for file in files if file.startswith(prefix)]
+            if mine:
+                return Path(mine[-1]).relative_to(ROOT).as_posix()
+    return f"{impl_dir.name}/"
 
 
 def attempt(function, *args, **kwargs):
@@ -198,16 +174,6 @@ def attempt(function, *args, **kwargs):
         return needs
 
 
-def guarded(function):
-    """``function`` wrapped with :func:`attempt`."""
-
-    @functools.wraps(function)
-    def call(*args, **kwargs):
-        return attempt(function, *args, **kwargs)
-
-    return call
-
-
 class LearnerModule:
     """An exercise module whose functions are guarded and whose file is re-imported on change."""
 
@@ -229,8 +195,7 @@ class LearnerModule:
         except OSError:
             stamp = None
         if stamp != self._stamp or (self._module is None and self._problem is None):
-            name = f"{self._impl}.{self._entry.module}"
-            sys.modules.pop(name, None)
+            sys.modules.pop(self._entry.import_name(self._impl), None)
             importlib.invalidate_caches()
             try:
                 self._module, self._problem = import_implementation(self._entry, self._impl), None
@@ -255,7 +220,7 @@ class LearnerModule:
             return cannot_run
         value = getattr(module, name)
         if callable(value) and getattr(value, "__module__", None) == module.__name__:
-            return guarded(value)
+            return functools.wraps(value)(lambda *args, **kwargs: attempt(value, *args, **kwargs))
         return value
 
     def __dir__(self):
@@ -303,15 +268,10 @@ def load_model(name: str | None = None, device=None):
     return model, tokenizer
 
 
-def model_kind() -> str:
-    """``"gpt2"``, ``"smollm2"``, ``"tiny"`` or ``"other"``: the model :func:`load_model` loaded."""
-    return _KINDS.get(_MODEL_NAME or "", "other")
-
-
 def expect(gpt2: str | None = None, smollm2: str | None = None, tiny: str | None = None,
            other: str | None = None) -> None:
     """Print "what you should see" for the model in use (``other`` when none is given for it)."""
-    kind = model_kind()
+    kind = _KINDS.get(_MODEL_NAME or "", "other")  # of the model load_model loaded
     text = {"gpt2": gpt2, "smollm2": smollm2, "tiny": tiny}.get(kind) or other
     if not text:
         return
@@ -366,23 +326,12 @@ def hidden_states_of(model, tokenizer, text: str):
 # --------------------------------------------------------------------------- checking an exercise
 
 
-def _untouched(entry, impl: str) -> bool:
-    """Every function of ``entry`` is still an untouched stub (a docstring and
-    ``raise NotImplementedError``), read from the source without running it."""
-    from grading.views.learner import still_stubs
-
-    stubs = still_stubs(ROOT / entry.source(impl), entry)
-    return bool(stubs) and stubs == list(entry.functions)
-
-
 def _hint(entry, function: str | None) -> tuple[int, int, str]:
     """The hint a learner has reached for ``function``, as ``grader.py`` shows it: ``(level,
     levels, text)``, level 1 until ``grader.py hint N`` has shown more; ``(0, 0, "")`` if none."""
     from grading.views.learner import hint_levels  # the grader's record of the hints seen
 
-    if function is None:
-        return 0, 0, ""
-    hints = entry.hints_for(function)
+    hints = entry.hints_for(function) if function else ()
     if not hints:
         return 0, 0, ""
     seen = hint_levels(ROOT).get(entry.id, {}).get(function, 0)
@@ -394,25 +343,17 @@ class CheckResult:
     """One exercise's verdict: a small HTML table in Jupyter, plain text elsewhere."""
 
     def __init__(self, entry, result, impl: str, quick: bool = False):
-        self.entry, self.result, self.impl, self.quick = entry, result, impl, quick
-        self.status = result.status
-        self.passed, self.total = result.passed, result.total
-        self.failure = result.first_failure()
-        if self.status.value == "not started":
-            self.function = (self.failure.function if self.failure and self.failure.function
-                             else entry.functions[0])
-        elif self.failure is not None:
-            from grading.views.learner import function_of
+        from grading.views.learner import function_of
 
-            self.function = self.failure.function or function_of(entry, self.failure.name)
-        else:
-            self.function = None
+        self.entry, self.result, self.impl, self.quick = entry, result, impl, quick
+        self.status, self.done = result.status, result.done
+        self.passed, self.total = result.passed, result.total
+        failure = self.failure = result.first_failure()
+        self.function = function_of(entry, failure.name, failure.function) if failure else None
+        if self.status.value == "not started":
+            self.function = self.function or entry.functions[0]
         self.hint_level, self.hint_levels, self.hint = (
             (0, 0, "") if self.done else _hint(entry, self.function))
-
-    @property
-    def done(self) -> bool:
-        return self.result.done
 
     def _rows(self) -> list[tuple[str, str]]:
         entry = self.entry
@@ -467,18 +408,16 @@ class CheckResult:
 def check(n: int, timeout: float = 120.0, full: bool = False) -> CheckResult:
     """Grade exercise ``n`` as the grader does, on the saved file, and return the verdict.
 
-    The tests run in a child process with a time limit (``timeout`` seconds), so an endless
-    loop cannot hang the notebook; it is forked from the kernel's warm worker
-    (:func:`_kernel_worker`), so only the first check waits for torch and the models to load.
-    When every function of the exercise is still an untouched stub the verdict is "not started"
-    at once, without running the tests (they would all stop at a stub: the maintainer suite
-    checks that); ``full=True`` runs them anyway.
+    The tests run in a time-limited child forked from the kernel's warm worker
+    (:func:`_kernel_worker`). Untouched stubs are "not started" at once, without running the
+    tests (they would all stop at a stub); ``full=True`` runs them anyway.
     """
-    from grading.core.results import summarize, untouched_result
     from grading.box.runner import run_tests
+    from grading.core.results import summarize, untouched_result
+    from grading.views.learner import still_stubs
 
     entry, impl = manifest_entry(n), implementation()
-    if not full and _untouched(entry, impl):
+    if not full and still_stubs(ROOT / entry.source(impl), entry) == list(entry.functions):
         return CheckResult(entry, untouched_result(entry), impl, quick=True)
     worker, seed = _kernel_worker()
     with tempfile.TemporaryDirectory(prefix="kata-check-") as work:
@@ -489,8 +428,7 @@ def check(n: int, timeout: float = 120.0, full: bool = False) -> CheckResult:
 
 @dataclass
 class _KernelWorker:
-    """The kernel's warm trusted worker (:class:`grading.box.batch_worker.BatchWorker`), the
-    environment it was started in, its secret checks' seed and its log folder."""
+    """The kernel's warm worker, the environment it was started in, its seed and log folder."""
 
     worker: object
     environment: dict
@@ -503,11 +441,9 @@ _WORKER: _KernelWorker | None = None
 
 
 def _kernel_worker():
-    """``(worker, seed)``: the warm worker every check of this kernel is forked from, as a
-    batch's submissions are from the batch's. It is started by the first check, and again when
-    the tests' environment changed since (another ``KATA_TORCH_THREADS``, say; not
-    ``KATA_MODEL``, which no test reads) or it was lost; ``(None, None)`` when it cannot be
-    started (each check then starts a worker of its own)."""
+    """``(worker, seed)``: the warm worker every check of this kernel is forked from, started
+    again when the tests' environment changed or it was lost; ``(None, None)`` when it cannot
+    be started (each check then starts a worker of its own)."""
     global _WORKER
     from grading.box.batch_worker import BatchWorker
     from grading.box.runner import fresh_secret_seed, tests_environment, trusted_environment

@@ -1,11 +1,7 @@
-"""Fast feedback: one long-lived process that re-runs an exercise's tests each time you save it.
-
-A fresh ``pytest`` pays about 3.7 s of imports (torch, transformers) and the model loads before
-its first test. ``python grader.py watch --warm`` pays them once: the models stay loaded, and
-each save re-runs only that exercise's tests, in the same process, so feedback takes about as
-long as the tests themselves. The price: your code runs inside the watcher, so an endless loop
-needs Ctrl-C. (``python grader.py`` without ``--warm`` runs each grading in a fresh, time-limited
-process.)
+"""``python grader.py watch --warm``: one long-lived process that re-runs an exercise's tests
+each time you save it. The imports (torch, transformers) and the models are loaded once, so
+feedback takes about as long as the tests themselves; the price is that your code runs inside
+the watcher, without the time limit of ``python grader.py`` (an endless loop needs Ctrl-C).
 """
 
 from __future__ import annotations
@@ -20,8 +16,8 @@ import pytest
 
 from grading.core.declarations import Exercise
 
-from grading.views import reports
-from grading.views.learner import WATCH_POLL_SECONDS, hint_levels, snapshot
+from grading.views import learner, reports
+from grading.views.learner import hint_levels, snapshot
 from grading.core.records import SubmissionResult, TestRecord
 from grading.core.results import ExerciseResult, exercise_status
 
@@ -72,26 +68,15 @@ def rerun_and_summarize(root: Path, exercise: Exercise, impl: str) -> tuple[int,
 
 
 def watch(root: Path, exercises: list[Exercise], impl: str) -> int:
-    """Re-run the tests of whichever exercise file changes; Ctrl-C stops."""
-    root = Path(root)
-    seen = snapshot(root, exercises, impl)
-    latest = max(exercises, key=lambda e: seen[str(root / e.source(impl))])
-    code, seconds = rerun_and_summarize(root, latest, impl)
-    print(f"\n{latest.id}: tests ran in {seconds:.1f} s. Watching {impl}/ (warm): save a file "
-          "to re-run its tests, Ctrl-C to stop.", flush=True)
-    try:
-        while True:
-            time.sleep(WATCH_POLL_SECONDS)
-            now = snapshot(root, exercises, impl)
-            changed = [e for e in exercises
-                       if now[str(root / e.source(impl))] != seen[str(root / e.source(impl))]]
-            seen = now
-            if changed:
-                print("\033[2J\033[H", end="")  # clear the terminal
-            for exercise in changed:
-                code, seconds = rerun_and_summarize(root, exercise, impl)
-                print(f"\n{exercise.id}: tests ran in {seconds:.1f} s. Watching {impl}/ (warm).",
-                      flush=True)
-    except KeyboardInterrupt:
-        print()
-    return 0 if code == 0 else 1
+    """Re-run the tests of the exercise saved last, then of each one saved; Ctrl-C stops."""
+    times = snapshot(root, exercises, impl)
+    latest = max(exercises, key=lambda exercise: times[exercise.id])
+
+    def rerun_each(changed: list[Exercise]) -> int:
+        for exercise in changed:
+            code, seconds = rerun_and_summarize(root, exercise, impl)
+            print(f"\n{exercise.id}: tests ran in {seconds:.1f} s. Watching {impl}/ (warm): save "
+                  "a file to re-run its tests, Ctrl-C to stop.", flush=True)
+        return 0 if code == 0 else 1
+
+    return learner.watch(root, exercises, impl, rerun_each, [latest])

@@ -182,7 +182,7 @@ def test_status_is_the_default_and_remembers_the_first_failing_function(toy, cap
 def test_watch_grades_through_the_watcher(toy, monkeypatch):
     calls = []
     monkeypatch.setattr(learner, "watch", lambda root, exercises, impl, grade:
-                        calls.append(("cold", impl, grade())) or 0)
+                        calls.append(("cold", impl, grade(exercises))) or 0)
     import grading.views.warm as warm
 
     monkeypatch.setattr(warm, "watch", lambda root, exercises, impl: calls.append(("warm", impl)) or 0)
