@@ -84,16 +84,13 @@ class Exercise:
 
     def source(self, impl: str = "exercises") -> str:
         """The file a learner edits (``exercises/ex5_logit_lens.py``), or its solution."""
-        if impl == "solutions":
-            return f"{self.folder}/solution.py"
-        return f"exercises/{self.module}.py"
+        answer = impl == "solutions"
+        return f"{self.folder}/solution.py" if answer else f"exercises/{self.module}.py"
 
     def import_name(self, impl: str = "exercises") -> str:
         """The module to import for ``impl``: ``exercises.ex5_logit_lens`` or
         ``course.ex5_logit_lens.solution``."""
-        if impl == "solutions":
-            return f"{COURSE}.{self.module}.solution"
-        return f"exercises.{self.module}"
+        return self.source(impl).removesuffix(".py").replace("/", ".")
 
     def hints_for(self, function: str) -> tuple[str, ...]:
         """The hint levels for one of the exercise's functions (empty if it has none)."""

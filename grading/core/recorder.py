@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import traceback
 from dataclasses import replace
 from pathlib import Path
 
@@ -84,13 +85,6 @@ def _every_exception(error: BaseException):
         pending += [exc.__cause__, exc.__context__]
 
 
-def _frames(error: BaseException):
-    traceback = error.__traceback__
-    while traceback is not None:
-        yield traceback.tb_frame.f_code, traceback.tb_lineno
-        traceback = traceback.tb_next
-
-
 def shorten_paths(text: str, root: Path) -> str:
     """Paths inside the kata become relative (``exercises/ex1_hidden_states.py``)."""
     for prefix in {str(root), str(root.resolve())}:
@@ -106,29 +100,26 @@ class _Describer:
         self.impl_dir = str((root / impl).resolve()) + os.sep
 
     def in_code_under_test(self, filename: str) -> bool:
-        return os.path.abspath(filename).startswith(self.impl_dir) or str(
-            Path(filename).resolve()
-        ).startswith(self.impl_dir)
+        return any(path.startswith(self.impl_dir)
+                   for path in (os.path.abspath(filename), str(Path(filename).resolve())))
 
-    def where(self, error: BaseException) -> str:
-        """The deepest line of the code under test that the exception passed through."""
+    def where(self, error: BaseException) -> tuple[str, str | None]:
+        """The deepest line of the code under test that the exception passed through, and its
+        function: ``("exercises/ex4.py, line 5, in f", "f")``; ``("", None)`` when none."""
         for exc in exception_chain(error):
-            frames = [(code, line) for code, line in _frames(exc)
-                      if self.in_code_under_test(code.co_filename)]
+            frames = [(frame.f_code, line) for frame, line in traceback.walk_tb(exc.__traceback__)
+                      if self.in_code_under_test(frame.f_code.co_filename)]
             if frames:
                 code, line = frames[-1]
                 filename = shorten_paths(code.co_filename, self.root)
-                return f"{filename}, line {line}, in {code.co_name}"
-        return ""
+                function = code.co_name if code.co_name.isidentifier() else None  # not <lambda>
+                return f"{filename}, line {line}, in {code.co_name}", function
+        return "", None
 
     def stub_function(self, error: BaseException) -> str | None:
-        """The name of the stub whose ``raise NotImplementedError`` this failure reached.
-
-        Every exception the failure was raised from *or while handling* counts, both links of
-        each (:func:`_every_exception`): a test that catches ``RuntimeError`` around a call
-        (``NotImplementedError`` is one) and then fails, or names a mistake, still reached the
-        stub, and so does an exception rebuilt on the trusted side of the grader's boundary,
-        which says so itself (``kata_stub``)."""
+        """The name of the stub whose ``raise NotImplementedError`` this failure reached, through
+        every exception it was raised from or while handling (:func:`_every_exception`): a test
+        that catches ``RuntimeError`` around a call and then fails still reached the stub."""
         for exc in _every_exception(error):
             function = stub_reached(exc, Path(self.impl_dir))
             if function is not None:
@@ -145,12 +136,10 @@ class _Describer:
                     "function": fault.function, "fault": fault.kind}
         import_error = next((e for e in chain if isinstance(e, ImplementationImportError)), None)
         stub = self.stub_function(error)
-        memory = any(
-            isinstance(e, MemoryError)
-            or (isinstance(e, RuntimeError) and "alloc" in str(e) and "memory" in str(e))
-            for e in chain
-        )
-        where = self.where(error)
+        memory = any(isinstance(e, MemoryError) or (isinstance(e, RuntimeError) and
+                                                    "alloc" in str(e) and "memory" in str(e))
+                     for e in chain)
+        where, function = self.where(error)
         if import_error is not None:
             message = str(import_error)
         elif stub is not None:
@@ -158,7 +147,7 @@ class _Describer:
         elif isinstance(error, SystemExit):
             message = f"the code called sys.exit({error.code!r}); return a value instead of exiting"
         elif memory:  # an allocation refused under the memory limit: an exception, not an end
-            message = sentence(OUT_OF_MEMORY, _function_of(where),
+            message = sentence(OUT_OF_MEMORY, function,
                                f"{type(error).__name__}: {str(error)[:200]}")
         elif isinstance(error, AssertionError):
             message = _assertion_message(error)
@@ -176,21 +165,9 @@ class _Describer:
 
         if any(isinstance(e, EnvironmentFault) for e in chain):
             diagnosis_id = ENVIRONMENT_FAULT  # the machine's fault, never the learner's
-        return {
-            "message": _trim(shorten_paths(message, self.root)),
-            "where": where,
-            "stub": stub is not None,
-            "import_error": import_error is not None,
-            "memory": memory,
-            "diagnosis": diagnosis_id,
-            "function": stub,
-        }
-
-
-def _function_of(where: str) -> str | None:
-    """The function named at the end of a ``where`` (``"exercises/ex4.py, line 5, in f"``)."""
-    name = where.rsplit(", in ", 1)[-1] if ", in " in where else ""
-    return name if name.isidentifier() else None
+        return {"message": _trim(shorten_paths(message, self.root)), "where": where,
+                "stub": stub is not None, "import_error": import_error is not None,
+                "memory": memory, "diagnosis": diagnosis_id, "function": stub}
 
 
 def _assertion_message(error: AssertionError) -> str:
@@ -255,10 +232,9 @@ class Recorder:
             config.hook.pytest_deselected(items=removed)
 
     def pytest_collection_finish(self, session):
-        # The records say what failed and why (:meth:`_Describer.facts`); pytest's own report of
-        # each failure (its source lines, found by parsing the test file again for every
-        # traceback entry) went to /dev/null and cost up to half of a failing exercise's time.
-        # Collection errors, reported before this, keep their short tracebacks.
+        # The records say what failed and why (:meth:`_Describer.facts`): pytest's own report of
+        # each failure is not read, and cost up to half of a failing exercise's time. Collection
+        # errors, reported before this, keep their short tracebacks.
         self.config.option.tbstyle = "no"
         tests = []
         for item in session.items:

@@ -1,21 +1,11 @@
 """Making what a submission controls safe to write: JSON, HTML, CSV, the terminal, and records.
 
-A submission's code controls much of what the grader reports: the messages its code raised,
-the diagnosis ids in its records (the sandbox can write any record), and the submission's own
-name (a file name). Every writer of the kata passes them through here:
-
-* :func:`json_text` / :func:`finite`: strictly valid JSON (``allow_nan=False``), with every
-  non-finite number (NaN, Infinity) turned into ``null``, so ``JSON.parse`` accepts the file;
-* :func:`script_json`: JSON to embed in an HTML ``<script>`` element, with ``<``, ``>`` and
-  ``&`` written as ``\\u003c``, ``\\u003e`` and ``\\u0026``, so ``<!--``, ``<script`` and
-  ``</script>`` inside a string can never change how the page parses;
-* :func:`csv_cell`: a CSV cell that a spreadsheet does not run as a formula (a cell that starts
-  with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return gets a leading ``'``);
-* :func:`terminal`: text without terminal control characters (C0 and C1 controls except newline
-  and tab, and whole ``ESC`` sequences), for anything printed;
-* :func:`diagnosis_id`, :func:`bounded`: the grader-side check of what a record says. A
-  diagnosis id is a string of the catalogue's kebab-case form, or it becomes
-  :data:`UNKNOWN_DIAGNOSIS`; messages are strings of at most :data:`MESSAGE_LIMIT` characters.
+A submission controls much of what the grader reports: the messages its code raised, the
+diagnosis ids in its records (the sandbox can write any record), its own name (a file name).
+Every writer of the kata passes them through here: strict JSON (:func:`json_text`), JSON inside
+an HTML ``<script>`` (:func:`script_json`), CSV cells no spreadsheet runs (:func:`csv_cell`),
+text without terminal controls (:func:`terminal`), and a record's fields checked and bounded
+(:func:`diagnosis_id`, :func:`bounded`).
 """
 
 from __future__ import annotations

@@ -68,14 +68,6 @@ def _stub_function(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str
     return lines[_first_line(node) - 1: kept_until] + [f"{indent}{STUB_BODY}\n"]
 
 
-def _bound_names(node: ast.Import | ast.ImportFrom) -> list[str]:
-    return [(alias.asname or alias.name).split(".")[0] for alias in node.names]
-
-
-def _used_names(source: str) -> set[str]:
-    return {n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)}
-
-
 def stub_source(source: str, solution: str = "course/exN_name/solution.py") -> str:
     """The stub for a solution's ``source``; ``solution`` is the path named in the header."""
     tree = ast.parse(source)
@@ -87,33 +79,28 @@ def stub_source(source: str, solution: str = "course/exN_name/solution.py") -> s
     imports: list[ast.Import | ast.ImportFrom] = []
     for node in tree.body:
         first, last = _first_line(node), node.end_lineno
+        comments = _attached_comments(lines, first)
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            comments = _attached_comments(lines, first)
-            given = any(lines[i - 1].lstrip().startswith(GIVEN) for i in range(comments, first))
+            if any(lines[i - 1].lstrip().startswith(GIVEN) for i in range(comments, first)):
+                continue  # given: copied whole
             if node.name.startswith("_"):
-                if not given:
-                    out[comments - 1: last] = [None] * (last - comments + 1)
-                continue
-            if isinstance(node, ast.ClassDef):
-                if not given:
-                    raise StubError(f"line {node.lineno}: a public class ({node.name}) can only "
-                                    f"be copied whole: mark it with a '{GIVEN}' comment")
-                continue
-            if given:
-                continue  # a public function given whole
-            stub = _stub_function(node, lines)
-            out[first - 1: last] = stub + [None] * (last - first + 1 - len(stub))
+                out[comments - 1: last] = [None] * (last - comments + 1)
+            elif isinstance(node, ast.ClassDef):
+                raise StubError(f"line {node.lineno}: a public class ({node.name}) can only "
+                                f"be copied whole: mark it with a '{GIVEN}' comment")
+            else:
+                stub = _stub_function(node, lines)
+                out[first - 1: last] = stub + [None] * (last - first + 1 - len(stub))
         elif _is_main_guard(node):
-            comments = _attached_comments(lines, first)
             out[comments - 1: last] = [None] * (last - comments + 1)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            if not (isinstance(node, ast.ImportFrom) and node.module == "__future__"):
-                imports.append(node)
-    kept = [line for line in out if line is not None]
-    body = "".join(kept)
-    used = _used_names(body)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)) \
+                and getattr(node, "module", None) != "__future__":
+            imports.append(node)
+    kept = "".join(line for line in out if line is not None)
+    used = {n.id for n in ast.walk(ast.parse(kept)) if isinstance(n, ast.Name)}
     for node in imports:
-        if node.lineno != node.end_lineno or any(name in used for name in _bound_names(node)):
+        bound = [(alias.asname or alias.name).split(".")[0] for alias in node.names]
+        if node.lineno != node.end_lineno or any(name in used for name in bound):
             continue
         index = node.lineno - 1
         code, _, comment = out[index].rstrip("\n").partition("  # ")

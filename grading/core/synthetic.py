@@ -93,17 +93,12 @@ def ship_extras(folder: Path, root: Path, exercises: list[Exercise]) -> None:
 
 def make_submission(root: Path, target: Path, kinds: dict[str, str], exercises: list[Exercise],
                     layout: str = "repo", extras: bool = False) -> Path:
-    """Write one synthetic submission and return its path.
-
-    Args:
-        root: the instructor's kata (solutions and stubs are read from it).
-        target: the folder to create (``<target>.zip`` for the zip layout).
-        kinds: exercise id -> a kind from :data:`KINDS` (default ``"correct"``).
-        layout: ``"repo"`` (exercises/ inside a copy of the repo), ``"exercises"`` (a folder
-            holding only exercises/), ``"flat"`` (the files themselves) or ``"zip"`` (a zip of a
-            repo-like folder with one top-level directory).
-        extras: also ship a hostile conftest.py, pytest.ini, tests, solutions and declarations.
-    """
+    """Write one synthetic submission made from ``root``'s solutions and stubs, each exercise of
+    the kind ``kinds`` gives its id (:data:`KINDS`; default ``"correct"``), and return its path:
+    ``target`` in the layout ``"repo"`` (exercises/ in a copy of the repo), ``"exercises"`` (only
+    exercises/) or ``"flat"`` (the files themselves), or ``<target>.zip`` (``"zip"``: one
+    top-level folder). ``extras``: also a hostile conftest.py, pytest.ini, tests, solutions and
+    declarations (:func:`ship_extras`)."""
     folder = target / target.name if layout == "zip" else target
     files_dir = folder if layout == "flat" else folder / "exercises"
     files_dir.mkdir(parents=True, exist_ok=True)
