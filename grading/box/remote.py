@@ -1,11 +1,11 @@
 """The trusted side of grading: an exercise's tests call the learner's functions in a sandbox.
 
-Under the grader (``batch``, Gradescope, Classroom), the ``ex`` fixture of a test is a
-:class:`RemoteExercise`: ``ex.get_hidden_states(model, tokens)`` reads as it does in one
-process, but the learner's function runs in the submission's sandbox
-(:mod:`kata.serve.server`) and only plain data crosses back (:mod:`kata.serve.codec`). The
-test, its assertions, its reference values and the recorder run here, where the learner's code
-cannot reach: there is nothing to patch, no report to forge, no answer to read.
+Under the grader, the ``ex`` fixture of a test is a :class:`RemoteExercise`:
+``ex.get_hidden_states(model, tokens)`` reads as it does in one process, but the learner's
+function runs in the submission's sandbox (:mod:`kata.serve.server`) and only plain data crosses
+back (:mod:`kata.serve.codec`). The test, its assertions, its reference values and the recorder
+run here, where the learner's code cannot reach: nothing to patch, no report to forge, no answer
+to read.
 
 What crosses, and how it keeps the tests' meaning:
 
@@ -18,20 +18,18 @@ What crosses, and how it keeps the tests' meaning:
   ``.grad`` left on a parameter as a stand-in gradient); after each test both sides are put back;
 * a tensor the learner changed in place is changed here the same way; one returned as is
   comes back as the very object the test passed;
-* a hook the learner returns is a :class:`RemoteCallable` the test can register here;
+* a hook the learner returns is a :class:`RemoteFunction` the test can register here;
 * a figure is drawn again here from what the sandbox's figure holds
   (:mod:`kata.serve.figures`);
 * an exception is rebuilt as its builtin type (``IndexError``, ``ValueError``...) with its
   message, the stub it reached and the line of the learner's code; never as a diagnosis.
 
-Each call of a learner's function has a deadline (the sandbox ends the learner's process when a
-call runs past it). If a call ends the learner's process (the deadline, a segfault,
-``os._exit``, the memory limit), the call fails with :class:`~grading.core.faults.LearnerFault`,
-in the grader's words for that kind of end, and the exercise's next learner process takes over
-(a *generation*: the learner's file imported afresh, on the exercise's next channel), so the
-exercise's other functions are still graded; a function that ended a process fails at once when called
-again. Only when no generation is left does the test child exit with
-:data:`LEARNER_GONE`, which the worker records as a crash of the running test.
+Each call of a learner's function has a deadline. A call that ends the learner's process (the
+deadline, a segfault, ``os._exit``, the memory limit) fails with
+:class:`~grading.core.faults.LearnerFault`, in the grader's words for that kind of end, and the
+exercise's next *generation* takes over (:mod:`kata.serve.channel`), so that its other functions
+are still graded; a function that ended a process fails at once when called again. With no
+generation left, the test child exits with :data:`LEARNER_GONE` (a crash of the running test).
 
 What does not cross: the learner's grad mode (a test's hook called back during the learner's
 forward pass runs under the trusted side's; read ``requires_grad`` from the tensors it gets), and
@@ -41,6 +39,7 @@ a parameter's ``.grad`` crosses only as "has one" (a stand-in of zeros on the tr
 from __future__ import annotations
 
 import builtins
+import contextlib
 import os
 import pickle
 import sys
@@ -53,11 +52,11 @@ from grading.core.faults import (CALL_SECONDS_VARIABLE, MEMORY_LIMIT_VARIABLE, E
 from kata.hooks import added_hooks, without_hooks
 from kata.serve import Pairs, close_all, parse_pairs
 from kata.serve.channel import Peer
-from kata.serve.codec import ChannelClosed, Codec, FrameError, read_frame, write_frame
+from kata.serve.codec import (ChannelClosed, Codec, FrameError, named_class, read_frame,
+                              write_frame)
 
 #: The test process's exit status when the learner's process went away in the middle of a test
-#: and no generation was left to take over (the warm worker, :mod:`grading.box.worker`, records
-#: it as a crash of the running test).
+#: and no generation was left (:mod:`grading.box.worker` records a crash of the running test).
 LEARNER_GONE = 97
 #: How much longer than a call's deadline this side waits before it gives up on the learner's
 #: process (which its sandbox should have ended by then).
@@ -115,9 +114,6 @@ class RemoteError(Exception):
     """An exception of the learner's code of a type the trusted side does not rebuild."""
 
 
-_REMOTE_CLASSES: dict[str, type] = {}
-
-
 def _error_class(entry: dict) -> type:
     types = [t for t in entry.get("types", []) if isinstance(t, str)]
     module = entry.get("module") if isinstance(entry.get("module"), str) else ""
@@ -125,19 +121,9 @@ def _error_class(entry: dict) -> type:
         from kata import toys
 
         return getattr(toys, types[0])
-    for name in types:
-        if name in _REBUILT:
-            base = _REBUILT[name]
-            break
-    else:
-        base = RemoteError
+    base = next((_REBUILT[name] for name in types if name in _REBUILT), RemoteError)
     first = types[0] if types and types[0].isidentifier() else "RemoteError"
-    if first == base.__name__:
-        return base
-    key = f"{first}<{base.__name__}>"
-    if key not in _REMOTE_CLASSES:
-        _REMOTE_CLASSES[key] = type(first, (base,), {"__module__": "learner"})
-    return _REMOTE_CLASSES[key]
+    return base if first == base.__name__ else named_class(first, base, "learner")
 
 
 def rebuild_exception(info: dict, raised_here: dict) -> BaseException:
@@ -165,11 +151,7 @@ def rebuild_exception(info: dict, raised_here: dict) -> BaseException:
     trace = info.get("traceback")
     rebuilt.kata_traceback = trace[:3000] if isinstance(trace, str) else ""
     if rebuilt.kata_traceback and not isinstance(rebuilt, SystemExit):
-        try:
-            rebuilt.add_note("in your code (run in the grader's sandbox):\n"
-                             + rebuilt.kata_traceback)
-        except AttributeError:
-            pass
+        rebuilt.add_note("in your code (run in the grader's sandbox):\n" + rebuilt.kata_traceback)
     return rebuilt
 
 
@@ -182,15 +164,8 @@ def _session_models() -> dict:
     return LOADED
 
 
-def _placeholder_pre(module, args):
-    return None
-
-
-def _placeholder_post(module, args, output):
-    return None
-
-
-_PLACEHOLDERS = (_placeholder_pre, _placeholder_post)
+def _placeholder(module, *args):
+    """A stand-in hook (pre or post) for one the learner's code left on in the sandbox."""
 
 
 def _pickled_without_hooks(module: nn.Module) -> bytes:
@@ -217,9 +192,7 @@ class RemoteSession:
         read_fd, write_fd = pairs[0]
         self.peer = Peer(read_fd, write_fd, self.serve)
         self.spares = list(pairs[1:])  # the next generations' channels
-        #: maintainers' fork mode: a function that forks the next learner process and gives
-        #: ``(read_fd, write_fd, pid, Ended)``; None: the sandbox's server starts it
-        self.respawn = respawn
+        self.respawn = respawn  # fork mode: forks the next one, ``(read, write, pid, Ended)``
         from kata.serve.server import Models
 
         self.index = Models()  # where each module of the session models sits
@@ -239,7 +212,7 @@ class RemoteSession:
         self.sent: dict[int, tuple] = {}  # oid -> its fingerprint when sent
         self.callbacks: dict[int, object] = {}  # cb -> the test's own function
         self.raised: dict[int, BaseException] = {}  # token -> what a callback raised
-        self.placeholders: dict[tuple, list] = {}  # (root, path) -> [(kind, handle)]
+        self.placeholders: dict[tuple, list] = {}  # (root, path, kind) -> handles
         self.grads: set[tuple] = set()  # (root, parameter name): a stand-in .grad set here
 
     # -- requests --------------------------------------------------------------
@@ -268,13 +241,12 @@ class RemoteSession:
     def next_generation(self) -> Ended:
         """Move to the exercise's next learner process; how the one before ended. Without one
         left, the test cannot go on (:meth:`learner_gone`)."""
+        self.peer.close()
         try:
             if self.respawn is not None:
-                self.peer.close()
                 read_fd, write_fd, self.pid, ended = self.respawn(self.pid)
                 first = {}
             elif self.spares:
-                self.peer.close()
                 read_fd, write_fd = self.spares.pop(0)
                 write_frame(write_fd, {"op": "hello", "id": 1}, [])  # the server starts it now
                 said, _ = read_frame(read_fd)
@@ -314,8 +286,7 @@ class RemoteSession:
         if name in self.faulted:  # it ended a process before: not run again, same verdict
             raise LearnerFault(self.faulted[name], name, again=True)
         encoder = TrustedCodec(self)
-        header = {"op": "call", **target, "args": encoder.encode(list(args)),
-                  "kwargs": encoder.encode(dict(kwargs))}
+        header = {"op": "call", **target, **encoder.encode_call(args, kwargs)}
         header["instrument"] = self._instrumentation(encoder.roots)
         deadline = self.call_seconds + CALL_GRACE_SECONDS if self.call_seconds else 0.0
         try:
@@ -347,7 +318,7 @@ class RemoteSession:
         """After a test: the sandbox's models and process state put back; the global hooks the
         learner's code left on (removed there)."""
         for handles in self.placeholders.values():
-            for _, handle in handles:
+            for handle in handles:
                 handle.remove()
         for key, name in self.grads:
             root = self._root_of(list(key))
@@ -365,34 +336,29 @@ class RemoteSession:
             if isinstance(removed, list) else []
 
     def bye(self) -> None:
-        try:
+        with contextlib.suppress(FrameError, OSError):
             if not self.broken:
                 self.peer.request({"op": "bye"}, [])
-        except (FrameError, OSError):
-            pass
         self.peer.close()
         for pair in self.spares:  # the server then knows no next generation is wanted
             close_all(pair)
         self.spares = []
         if self.pid is not None:
-            try:
+            with contextlib.suppress(ChildProcessError):
                 os.waitpid(self.pid, 0)
-            except ChildProcessError:
-                pass
 
     # -- the test's hooks, run for the sandbox -----------------------------------
 
-    def _test_hooks(self, module: nn.Module, clean: tuple) -> list[tuple]:
-        """``[(kind, hook, with_kwargs, always_call)]``: hooks the test put on ``module`` (not
-        the stand-ins for the learner's)."""
-        return [entry for entry in added_hooks(module, clean) if entry[1] not in _PLACEHOLDERS]
-
     def _instrumentation(self, roots: dict) -> list[dict]:
+        """The hooks the test put on the models of a call (not the stand-ins for the
+        learner's), for the sandbox to register as callbacks."""
         specs = []
         for key, (root, clean) in roots.items():
             for path, module in root.named_modules():
-                for kind, hook, with_kwargs, always in self._test_hooks(
-                        module, clean.get(path, ((), ()))):
+                for kind, hook, with_kwargs, always in added_hooks(module,
+                                                                   clean.get(path, ((), ()))):
+                    if hook is _placeholder:
+                        continue
                     cb = len(self.callbacks) + 1
                     self.callbacks[cb] = hook
                     specs.append({"root": list(key), "path": path, "kind": kind,
@@ -405,21 +371,18 @@ class RemoteSession:
                 or message["cb"] not in self.callbacks:
             raise FrameError("a request the trusted side does not serve")
         decoder = TrustedCodec(self)
-        args = decoder.decode(message.get("args", []), blobs)
-        kwargs = decoder.decode(message.get("kwargs", {"$d": []}), blobs)
-        if not isinstance(args, list) or not isinstance(kwargs, dict):
-            raise FrameError("a callback's arguments are not a list and a dict")
-        versions = [getattr(t, "_version", None) for t in decoder.table]
+        args, kwargs = decoder.decode_call(message, blobs)
         encoder = TrustedCodec(self, known={id(o): i for i, o in enumerate(decoder.table)})
         try:
             result = self.callbacks[message["cb"]](*args, **kwargs)
         except Exception as error:  # noqa: BLE001 - the test's hook; re-raised as itself later
             token = len(self.raised) + 1
             self.raised[token] = error
-            return {"error": {"token": token, "text": f"{type(error).__name__}: {error}"[:500]},
-                    "mutated": encoder.mutations(decoder.table, versions)}, encoder.blobs
-        return {"result": encoder.encode(result),
-                "mutated": encoder.mutations(decoder.table, versions)}, encoder.blobs
+            reply = {"error": {"token": token, "text": f"{type(error).__name__}: {error}"[:500]}}
+        else:
+            reply = {"result": encoder.encode(result)}
+        reply["mutated"] = encoder.mutations(decoder.table, decoder.versions)
+        return reply, encoder.blobs
 
     # -- the learner's hooks, mirrored here ------------------------------------
 
@@ -431,57 +394,49 @@ class RemoteSession:
             if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[1], list)
                     and isinstance(entry[2], list)):
                 raise FrameError("a hook report of no known form")
-            self._mirror_grads(entry[0], entry[2])
             root = self._root_of(entry[0])
             if root is None:
                 continue
+            self._mirror_grads(tuple(entry[0]), root, entry[2])
             wanted = {}
             for item in entry[1][:1000]:
                 if (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str)
                         and type(item[1]) is int and type(item[2]) is int):
                     wanted[item[0]] = (min(item[1], 100), min(item[2], 100))
             key = tuple(entry[0])
-            for (root_key, path), handles in list(self.placeholders.items()):
+            for root_key, path, kind in list(self.placeholders):
                 if root_key == key and path not in wanted:
-                    for _, handle in handles:
+                    for handle in self.placeholders.pop((root_key, path, kind)):
                         handle.remove()
-                    del self.placeholders[(root_key, path)]
             for path, (pre, post) in wanted.items():
                 try:
                     module = root.get_submodule(path)
                 except AttributeError:
                     continue
-                handles = self.placeholders.setdefault((key, path), [])
-                for kind, count, register, hook in (
-                        ("pre", pre, module.register_forward_pre_hook, _placeholder_pre),
-                        ("post", post, module.register_forward_hook, _placeholder_post)):
-                    have = [h for h in handles if h[0] == kind]
-                    for _ in range(count - len(have)):
-                        handles.append((kind, register(hook)))
-                    for extra in have[count:]:
-                        extra[1].remove()
-                        handles.remove(extra)
+                for kind, count, register in (("pre", pre, module.register_forward_pre_hook),
+                                              ("post", post, module.register_forward_hook)):
+                    handles = self.placeholders.setdefault((key, path, kind), [])
+                    while len(handles) < count:
+                        handles.append(register(_placeholder))
+                    while len(handles) > count:
+                        handles.pop().remove()
 
-    def _mirror_grads(self, key, names: list) -> None:
+    def _mirror_grads(self, key: tuple, root: nn.Module, names: list) -> None:
         """A stand-in ``.grad`` (zeros) here on each parameter the learner's code left one on."""
-        root = self._root_of(key)
-        if root is None:
-            return
         wanted = {n for n in names[:5000] if isinstance(n, str)}
         for name, parameter in root.named_parameters():
-            marked = (tuple(key), name) in self.grads
             if name in wanted and parameter.grad is None:
                 parameter.grad = torch.zeros_like(parameter)
-                self.grads.add((tuple(key), name))
-            elif name not in wanted and marked:
+                self.grads.add((key, name))
+            elif name not in wanted and (key, name) in self.grads:
                 parameter.grad = None
-                self.grads.discard((tuple(key), name))
+                self.grads.discard((key, name))
 
     def _root_of(self, key):
         if not isinstance(key, list) or len(key) != 2:
             return None
         kind, name = key
-        if kind == "s" and name in _session_models():
+        if kind == "s" and isinstance(name, str) and name in _session_models():
             return _session_models()[name][0]
         if kind == "v" and type(name) is int:
             return self.values.get(name)
@@ -516,8 +471,8 @@ class TrustedCodec(Codec):
             return self._send_value(oid, value)
         if session.index.tokenizer_name(value) is not None:
             return {"$obj": "tokenizer", "root": session.index.tokenizer_name(value)}
-        if isinstance(value, RemoteCallable):
-            return {"$obj": "callable_ref", "cid": value.cid}
+        if isinstance(value, RemoteFunction) and "cid" in value.target:
+            return {"$obj": "callable_ref", "cid": value.target["cid"]}
         if type(value).__name__.endswith(("Tokenizer", "TokenizerFast")):  # not a session's
             return {"$obj": "value_tokenizer", "blob": self._blob(pickle.dumps(value))}
         if callable(value) and not isinstance(value, type):
@@ -558,7 +513,8 @@ class TrustedCodec(Codec):
             cid = node.get("cid")
             if type(cid) is not int:
                 raise FrameError("a function with no id")
-            return RemoteCallable(session, cid, str(node.get("name", "function"))[:100])
+            name = str(node.get("name", "function"))[:100].rsplit(".", 1)[-1] or "function"
+            return RemoteFunction(session, {"cid": cid}, name)
         if kind == "figure":
             from kata.serve.figures import rebuild
 
@@ -578,36 +534,25 @@ class TrustedCodec(Codec):
         return super().decode_object(kind, node, blobs, depth)
 
 
-class RemoteCallable:
-    """A function the learner's code returned (a hook): calling it runs it in the sandbox."""
+class RemoteFunction:
+    """A learner's function, run in the sandbox: ``ex.<name>`` (``target`` ``{"fn": name}``,
+    ``module`` its module), or one the learner's code returned, a hook (``{"cid": n}``)."""
 
-    def __init__(self, session: RemoteSession, cid: int, name: str):
-        self.session, self.cid = session, cid
-        self.__name__ = self.__qualname__ = name.rsplit(".", 1)[-1] or "function"
+    def __init__(self, session: RemoteSession, target: dict, name: str, module: str = ""):
+        self.session, self.target = session, target
+        self.__name__ = self.__qualname__ = name
+        if module:
+            self.__module__ = module
+        self._shown = f"{module}.{name}" if module else name
 
     def __call__(self, *args, **kwargs):
-        return self.session.call({"cid": self.cid}, args, kwargs, self.__name__)
+        return self.session.call(self.target, args, kwargs, self.__name__)
 
     def __deepcopy__(self, memo):
         return self
 
     def __repr__(self) -> str:
-        return f"<your function {self.__name__}, run in the grader's sandbox>"
-
-
-class RemoteFunction:
-    """``ex.<name>``: the learner's function of that name, run in the sandbox."""
-
-    def __init__(self, session: RemoteSession, module: str, name: str):
-        self.session, self.name = session, name
-        self.__name__ = self.__qualname__ = name
-        self.__module__ = module
-
-    def __call__(self, *args, **kwargs):
-        return self.session.call({"fn": self.name}, args, kwargs, self.name)
-
-    def __repr__(self) -> str:
-        return f"<your function {self.__module__}.{self.name}, run in the grader's sandbox>"
+        return f"<your function {self._shown}, run in the grader's sandbox>"
 
 
 class RemoteExercise:
@@ -621,23 +566,23 @@ class RemoteExercise:
     def __getattr__(self, name: str):
         if name.startswith("__") or name not in self._functions:
             raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
-        return RemoteFunction(self._session, self.__name__, name)
+        return RemoteFunction(self._session, {"fn": name}, name, self.__name__)
 
     def __repr__(self) -> str:
         return f"<the learner's module {self.__name__}, run in the grader's sandbox>"
 
 
-_SESSION: RemoteSession | None = None
+#: The channels to learner processes this test process holds: exercise id -> (the module served,
+#: its forked learner) in the maintainers' fork mode; "" -> (None, the grader's channels).
+_SESSIONS: dict[str, tuple[object, RemoteSession]] = {}
 
 
 def connect(spec: str) -> RemoteSession:
     """This test process's channels to the learner: ``"READ_FD,WRITE_FD;..."`` (the grader's
-    worker made them, one per generation), or ``"fork"``: a learner process forked from this
-    one (maintainers)."""
-    global _SESSION
-    if _SESSION is None:
-        _SESSION = RemoteSession(parse_pairs(spec))
-    return _SESSION
+    worker made them, one per generation)."""
+    if "" not in _SESSIONS:
+        _SESSIONS[""] = (None, RemoteSession(parse_pairs(spec)))
+    return _SESSIONS[""][1]
 
 
 def _fork_one(module, impl_dir) -> tuple[int, int, int]:
@@ -663,8 +608,7 @@ def _fork_one(module, impl_dir) -> tuple[int, int, int]:
             torch.set_num_threads(1)  # the parent's thread pool does not survive a fork
             models = server.Models()
             models.adopt(_session_models())
-            exercise = server.Exercise(models, module.__name__.rsplit(".", 1)[-1],
-                                       Path(impl_dir).parent, impl_dir=Path(impl_dir),
+            exercise = server.Exercise(models, module.__name__.rsplit(".", 1)[-1], Path(impl_dir),
                                        call_seconds=_environment_number(CALL_SECONDS_VARIABLE))
             exercise.module = module
             exercise.peer = Peer(to_learner[0], from_learner[1], exercise.serve)
@@ -692,20 +636,16 @@ def fork_learner(module, impl_dir) -> RemoteSession:
     return RemoteSession([(read_fd, write_fd)], exit_when_gone=False, pid=pid, respawn=respawn)
 
 
-#: exercise id -> (the module served, its forked learner) (maintainers)
-_FORKED: dict[str, tuple[object, RemoteSession]] = {}
-
-
 def forked_learner(exercise_id: str, module, impl_dir) -> RemoteSession:
     """The forked learner serving ``module``: one per exercise met in this test session; a
     maintainers' session that plants one module after another ends the one before."""
-    served = _FORKED.get(exercise_id)
+    served = _SESSIONS.get(exercise_id)
     if served is not None and served[0] is module:
         return served[1]
     if served is not None:
         served[1].bye()
     session = fork_learner(module, impl_dir)
-    _FORKED[exercise_id] = (module, session)
+    _SESSIONS[exercise_id] = (module, session)
     return session
 
 
@@ -718,17 +658,14 @@ def inputs_changed() -> bool:
 
 def active() -> list[RemoteSession]:
     """The channels to learner processes this test process holds."""
-    forked = [session for _, session in _FORKED.values()]
-    return [s for s in {id(s): s for s in [*forked, _SESSION] if s is not None}.values()]
+    return [session for _, session in _SESSIONS.values()]
 
 
 def end_session() -> None:
     """Say bye to the learner's process (at the end of a test session)."""
-    global _SESSION
     for session in active():
         session.bye()
-    _FORKED.clear()
-    _SESSION = None
+    _SESSIONS.clear()
 
 
 def remote_exercise(exercise, spec: str, module=None, impl_dir=None) -> RemoteExercise:
@@ -745,10 +682,7 @@ def remote_exercise(exercise, spec: str, module=None, impl_dir=None) -> RemoteEx
     if isinstance(info.get("import_error"), str):
         raise ImplementationImportError(info["import_error"][:2000])
     if not hasattr(session, "exercise"):
-        # one object per learner process, as in one process the module is one object: a test
-        # file that keeps the learner's result for the module it came from (``is ex``) keeps
-        # it across its tests (exercise 5's SmolLM2 lens: 134 MiB, computed and sent back
-        # once instead of once per test)
+        # one object per learner process, as in one process: a result kept for ``ex`` stays
         functions = [f for f in info.get("functions", []) if isinstance(f, str)
                      and f.isidentifier()][:500]
         session.exercise = RemoteExercise(session, f"exercises.{exercise.module}", functions)

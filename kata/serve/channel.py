@@ -13,8 +13,10 @@ An exercise has a few channels, its *generations*: the first learner process ser
 first; when a call ends that process (an endless loop past its deadline, a crash), the next
 process, with the learner's file imported afresh, serves on the next, so that the exercise's
 other functions are still graded. Before the next process answers, the server says on the new
-channel how the one before ended (``{"op": "ended", ...}``). As text, an exercise's channels are
-``READ,WRITE;READ,WRITE;...`` (:func:`kata.serve.format_pairs`, :func:`kata.serve.parse_pairs`).
+channel how the one before ended (``{"op": "ended", ...}``: its signal or exit status, its peak
+memory, whether the server killed it because the trusted side gave up on it). As text, an
+exercise's channels are ``READ,WRITE;READ,WRITE;...`` (:func:`kata.serve.format_pairs`,
+:func:`kata.serve.parse_pairs`).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ type name and ``repr``.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -138,20 +139,19 @@ class Codec:
         self.table: list = []  # objects of this message, in order
         self.known = known or {}  # id(object) -> its place in the request's table (replies)
         self.request_table = table or []  # the request's objects (decoding a reply)
-        self.items = 0
+        self.items = self.chars = self.size = 0  # values, string characters, tensor bytes
 
     # -- writing -------------------------------------------------------------
 
     def encode(self, value, depth: int = 0):
         self._count(depth)
-        if value is None or isinstance(value, (bool, str)):
-            if isinstance(value, str):
-                self.chars = getattr(self, "chars", 0) + len(value)
-                if len(value) > self.limits.string_chars or self.chars > self.limits.header_bytes // 4:
-                    raise FrameError(f"a string of {len(value):,} characters is more than the "
-                                     "channel takes")
+        if isinstance(value, str):
+            self.chars += len(value)
+            if len(value) > self.limits.string_chars or self.chars > self.limits.header_bytes // 4:
+                raise FrameError(f"a string of {len(value):,} characters is more than the "
+                                 "channel takes")
             return value
-        if isinstance(value, int) and type(value) is int:
+        if value is None or type(value) in (bool, int):
             return value
         if type(value) is float:
             return value if math.isfinite(value) else {"$f": repr(value)}
@@ -165,8 +165,7 @@ class Codec:
             return {"$nd": self._blob(array.tobytes()), "dtype": array.dtype.name,
                     "shape": list(array.shape)}
         if isinstance(value, np.generic) and value.dtype.name in _NP_DTYPES:
-            item = value.item()
-            return {"$np": self.encode(item, depth + 1), "dtype": value.dtype.name}
+            return {"$np": self.encode(value.item(), depth + 1), "dtype": value.dtype.name}
         if isinstance(value, torch.Size):
             return {"$size": [int(v) for v in value]}
         if isinstance(value, torch.dtype):
@@ -210,6 +209,21 @@ class Codec:
                 "rg": bool(tensor.requires_grad), "gf": tensor.grad_fn is not None,
                 "param": isinstance(tensor, torch.nn.Parameter)}
 
+    def encode_call(self, args: tuple, kwargs: dict) -> dict:
+        """A call's arguments, as fields of its request."""
+        return {"args": self.encode(list(args)), "kwargs": self.encode(dict(kwargs))}
+
+    def decode_call(self, message: dict, blobs: list[Blob]) -> tuple[list, dict]:
+        """A request's arguments; ``versions`` then holds their tensors' versions, for
+        :meth:`mutations` once the call is done."""
+        args = self.decode(message.get("args", []), blobs)
+        kwargs = self.decode(message.get("kwargs", {"$d": []}), blobs)
+        if not isinstance(args, list) or not isinstance(kwargs, dict) \
+                or not all(isinstance(k, str) for k in kwargs):
+            raise FrameError("a call's arguments are not a list and a dict")
+        self.versions = [getattr(t, "_version", None) for t in self.table]
+        return args, kwargs
+
     def mutations(self, table: list, versions: list) -> list:
         """``[[place, tensor], ...]`` for each tensor of a request that the call changed in
         place (its ``_version`` moved), so the other end can change its original the same way."""
@@ -237,7 +251,7 @@ class Codec:
     def _room_for(self, nbytes: int) -> None:
         """Refuse a tensor that would not fit in the message before copying it (a 400 MB
         answer is refused at once, not after two copies of it)."""
-        if getattr(self, "size", 0) + nbytes > self.limits.frame_bytes:
+        if self.size + nbytes > self.limits.frame_bytes:
             raise FrameError(f"more than {self.limits.frame_bytes // 2**20} MiB of tensors in "
                              "one message (the channel's limit)")
 
@@ -245,7 +259,7 @@ class Codec:
         """Keep ``data`` (bytes, or a byte view of a tensor written with the message, before
         anyone can change it) for the message's body; its place among the blobs."""
         self._room_for(len(data))
-        self.size = getattr(self, "size", 0) + len(data)
+        self.size += len(data)
         self.blobs.append(data)
         if len(self.blobs) > self.limits.blobs:
             raise FrameError("too many tensors in one message")
@@ -262,11 +276,9 @@ class Codec:
 
     def decode(self, node, blobs: list[Blob], depth: int = 0):
         self._count(depth)
-        if node is None or isinstance(node, (bool, str)):
-            if isinstance(node, str) and len(node) > self.limits.string_chars:
-                raise FrameError("a string is longer than the limit")
-            return node
-        if isinstance(node, (int, float)):
+        if isinstance(node, str) and len(node) > self.limits.string_chars:
+            raise FrameError("a string is longer than the limit")
+        if node is None or isinstance(node, (bool, str, int, float)):
             return node
         if isinstance(node, list):
             return [self.decode(v, blobs, depth + 1) for v in node]
@@ -420,8 +432,6 @@ class Opaque:
     process.
     """
 
-    _classes: dict = {}
-
     def __init__(self, text: str):
         self._text = text
 
@@ -431,6 +441,11 @@ class Opaque:
     @classmethod
     def of(cls, type_name: str, text: str) -> Opaque:
         name = type_name if type_name.isidentifier() else "object"
-        if name not in cls._classes:
-            cls._classes[name] = type(name, (cls,), {"__module__": "kata.serve"})
-        return cls._classes[name](text)
+        return named_class(name, cls, "kata.serve")(text)
+
+
+@functools.cache
+def named_class(name: str, base: type, module: str) -> type:
+    """A subclass of ``base`` named as a type of the other end, so that a message naming the
+    type reads as it would in one process."""
+    return type(name, (base,), {"__module__": module})

@@ -48,15 +48,14 @@ def _tick_labels(labels) -> list:
 
 def _line(ax, line) -> dict:
     x, y = _floats(line.get_xdata()).ravel(), _floats(line.get_ydata()).ravel()
-    on_data = line.get_transform() is ax.transData
-    axline = None
-    if not on_data:
-        if len(x) == 2 and tuple(x) == (0.0, 1.0):
-            axline = "h"
-        elif len(y) == 2 and tuple(y) == (0.0, 1.0):
-            axline = "v"
-        else:
-            axline = "axes"
+    if line.get_transform() is ax.transData:
+        axline = None
+    elif len(x) == 2 and tuple(x) == (0.0, 1.0):  # axhline: x spans the axes
+        axline = "h"
+    elif len(y) == 2 and tuple(y) == (0.0, 1.0):
+        axline = "v"
+    else:
+        axline = "axes"
     return {"x": x, "y": y, "axline": axline, "color": _color(line.get_color()),
             "ls": str(line.get_linestyle()), "lw": float(line.get_linewidth()),
             "marker": str(line.get_marker()), "ms": float(line.get_markersize()),
@@ -77,15 +76,13 @@ def _collection(collection) -> dict | None:
                 "offsets": _floats(collection.get_offsets()).reshape(-1, 2),
                 "sizes": _floats(collection.get_sizes()),
                 "colors": [_color(c) for c in collection.get_facecolors()][:10_000]}
-    if isinstance(collection, LineCollection):
-        return {**base, "kind": "lines",
-                "segments": [_floats(s).reshape(-1, 2) for s in collection.get_segments()][:5_000],
-                "colors": [_color(c) for c in collection.get_colors()][:5_000],
-                "linewidths": _floats(collection.get_linewidths()),
-                "linestyles": [[float(offset or 0.0),
-                                None if dashes is None else [float(d) for d in dashes]]
-                               for offset, dashes in collection.get_linestyles()][:5_000]}
-    return None
+    return {**base, "kind": "lines",
+            "segments": [_floats(s).reshape(-1, 2) for s in collection.get_segments()][:5_000],
+            "colors": [_color(c) for c in collection.get_colors()][:5_000],
+            "linewidths": _floats(collection.get_linewidths()),
+            "linestyles": [[float(offset or 0.0),
+                            None if dashes is None else [float(d) for d in dashes]]
+                           for offset, dashes in collection.get_linestyles()][:5_000]}
 
 
 def _colours(fig, mappable) -> dict:
@@ -105,13 +102,6 @@ def _image(fig, image) -> dict:
     return {"array": _floats(image.get_array()), "extent": [float(v) for v in image.get_extent()],
             "origin": image.origin, "interpolation": str(image.get_interpolation()),
             **_colours(fig, image)}
-
-
-def _is_mesh(collection) -> bool:
-    """A ``pcolormesh`` (QuadMesh) or ``pcolor`` (PolyQuadMesh) mesh."""
-    from matplotlib.collections import PolyQuadMesh, QuadMesh
-
-    return isinstance(collection, (QuadMesh, PolyQuadMesh))
 
 
 def mesh_array(mesh):
@@ -144,18 +134,14 @@ def _text(ax, text) -> dict:
             "ha": text.get_ha(), "va": text.get_va(), "color": _color(text.get_color())}
 
 
-def _fixed(axis) -> bool:
-    """Ticks placed by hand (``set_xticks``), not by matplotlib's automatic locator."""
-    from matplotlib.ticker import FixedLocator
-
-    return isinstance(axis.get_major_locator(), FixedLocator)
-
-
 def _axes(fig, ax) -> dict:
+    from matplotlib.collections import PolyQuadMesh, QuadMesh  # pcolormesh, pcolor
     from matplotlib.patches import Rectangle
+    from matplotlib.ticker import FixedLocator  # ticks placed by hand (set_xticks)
 
     legend = ax.get_legend()
     colorbar = getattr(ax, "_colorbar", None) is not None  # its mesh is the colour bar's own
+    meshes = [c for c in ax.collections if isinstance(c, (QuadMesh, PolyQuadMesh))]
     return {
         "position": [float(v) for v in ax.get_position().bounds],
         "titles": {loc: ax.get_title(loc=loc) for loc in ("center", "left", "right")},
@@ -163,16 +149,16 @@ def _axes(fig, ax) -> dict:
         "xlim": [float(v) for v in ax.get_xlim()], "ylim": [float(v) for v in ax.get_ylim()],
         "xscale": ax.get_xscale(), "yscale": ax.get_yscale(),
         "xticks": _floats(ax.get_xticks()), "yticks": _floats(ax.get_yticks()),
-        "xfixed": _fixed(ax.xaxis), "yfixed": _fixed(ax.yaxis),
+        "xfixed": isinstance(ax.xaxis.get_major_locator(), FixedLocator),
+        "yfixed": isinstance(ax.yaxis.get_major_locator(), FixedLocator),
         "xticklabels": _tick_labels(ax.get_xticklabels()),
         "yticklabels": _tick_labels(ax.get_yticklabels()),
         "aspect": ax.get_aspect() if isinstance(ax.get_aspect(), str) else float(ax.get_aspect()),
-        "axison": bool(ax.axison),
-        "xinverted": bool(ax.xaxis_inverted()), "yinverted": bool(ax.yaxis_inverted()),
+        "axison": bool(ax.axison),  # an inverted axis shows in its limits
         "lines": [_line(ax, line) for line in ax.lines][:2_000],
         "collections": [c for c in (_collection(c) for c in ax.collections) if c][:2_000],
         "images": [_image(fig, image) for image in ax.images][:100],
-        "meshes": [] if colorbar else [_mesh(fig, c) for c in ax.collections if _is_mesh(c)][:100],
+        "meshes": [] if colorbar else [_mesh(fig, mesh) for mesh in meshes][:100],
         "texts": [_text(ax, t) for t in ax.texts][:2_000],
         "bars": [[float(p.get_x()), float(p.get_y()), float(p.get_width()),
                   float(p.get_height()), _color(p.get_facecolor())]
@@ -239,6 +225,8 @@ def _rebuild_collection(ax, data: dict) -> None:
                                 s=sizes if len(sizes) in (1, len(offsets)) else None,
                                 c=colors if len(colors) == len(offsets) else None,
                                 label=_str(data.get("label")))
+        if len(data.get("array", [])):
+            collection.set_array(np.asarray(data["array"], dtype=np.float64))
     elif data.get("kind") == "lines":
         segments = [np.asarray(s, dtype=np.float64) for s in data.get("segments", [])]
         styles = []
@@ -251,14 +239,9 @@ def _rebuild_collection(ax, data: dict) -> None:
         colors = [c for c in data.get("colors", []) if isinstance(c, str)]
         widths = [w for w in np.asarray(data.get("linewidths", []), dtype=np.float64).ravel()
                   if np.isfinite(w) and w >= 0]
-        collection = LineCollection(segments, label=_str(data.get("label")),
-                                    linestyles=styles or "solid", colors=colors or None,
-                                    linewidths=widths or None)
-        ax.add_collection(collection)
-    else:
-        return
-    if "array" in data and data.get("kind") == "path" and len(data["array"]):
-        collection.set_array(np.asarray(data["array"], dtype=np.float64))
+        ax.add_collection(LineCollection(segments, label=_str(data.get("label")),
+                                         linestyles=styles or "solid", colors=colors or None,
+                                         linewidths=widths or None))
 
 
 def _norm(data: dict):
@@ -371,10 +354,9 @@ def rebuild(data: dict):
     width, height = _num(size[0], 6.4), _num(size[1], 4.8)
     fig = Figure(figsize=(width, height), dpi=_bounded_dpi(width, height, _num(data.get("dpi"), 100)))
     described = [a for a in data.get("axes", []) if isinstance(a, dict)]
-    all_axes = []
-    for axes in described:
-        position = [_num(v) for v in axes.get("position", [0.1, 0.1, 0.8, 0.8])][:4]
-        all_axes.append(fig.add_axes(position if len(position) == 4 else [0.1, 0.1, 0.8, 0.8]))
+    positions = [[_num(v) for v in axes.get("position", [])][:4] for axes in described]
+    positions = [p if len(p) == 4 else [0.1, 0.1, 0.8, 0.8] for p in positions]
+    all_axes = [fig.add_axes(position) for position in positions]
     for ax, axes in zip(all_axes, described):
         for line in axes.get("lines", []):
             _rebuild_line(ax, line)
@@ -394,8 +376,8 @@ def rebuild(data: dict):
                     transform=transform, fontsize=_num(text.get("size"), 10.0),
                     rotation=_num(text.get("rotation")), ha=_str(text.get("ha"), "left"),
                     va=_str(text.get("va"), "baseline"), color=text.get("color"))
-    for ax, axes in zip(all_axes, described):
-        ax.set_position([_num(v) for v in axes.get("position", [0.1, 0.1, 0.8, 0.8])][:4])
+    for ax, axes, position in zip(all_axes, described, positions):
+        ax.set_position(position)
         for loc, title in (axes.get("titles") or {}).items():
             if loc in ("center", "left", "right") and title:
                 ax.set_title(_str(title), loc=loc)
@@ -412,12 +394,12 @@ def rebuild(data: dict):
         ax.set_xlim(_num(xlim[0]), _num(xlim[1], 1.0))
         ax.set_ylim(_num(ylim[0]), _num(ylim[1], 1.0))
         aspect = axes.get("aspect")
-        if aspect == "auto" or aspect == "equal" or (isinstance(aspect, float) and aspect > 0):
+        if aspect in ("auto", "equal") or (isinstance(aspect, float) and aspect > 0):
             ax.set_aspect(aspect)
         if not axes.get("axison", True):
             ax.set_axis_off()
         if isinstance(axes.get("legend"), list):
-            handles = [h for h in ax.get_legend_handles_labels()[0]]
+            handles = ax.get_legend_handles_labels()[0]
             labels = [_str(t) for t in axes["legend"]]
             if len(handles) == len(labels):
                 ax.legend(handles, labels)

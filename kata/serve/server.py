@@ -2,46 +2,32 @@
 
 ``python -m kata.serve.server --channel ex1=ex1_hidden_states:10,11;12,13 ...`` runs inside the
 submission's sandbox, which holds only the learner's exercise files and the learner-facing
-``kata`` (models, blocks, norms, validation, toys, this package): no tests, no reference
-computations, no solutions, no grading code. It
+``kata``: no tests, no reference computations, no solutions, no grading code. It imports torch,
+transformers and matplotlib and loads the session models once (:func:`load_session`), then forks
+one learner process per exercise (:func:`serve`), which imports that exercise's file and answers
+the trusted side's requests on the exercise's channel (:mod:`kata.serve.channel`, which also
+tells how a process that ended is followed by the next *generation*):
 
-1. imports torch, transformers and matplotlib and loads the session models once (the trusted
-   side's tests refer to them by name: ``tiny-gpt2``, ``smollm2``, ``smollm2-first-4-blocks``);
-2. forks one child per exercise; each child imports that exercise's file and answers the
-   trusted side's requests over its own two pipes (:mod:`kata.serve.channel`), each call of a
-   learner's function under a deadline (``--call-seconds``: the process ends by ``SIGALRM``
-   when a call runs past it). When a child ends before the trusted side is done (a deadline, a
-   crash, ``os._exit``), the next child of the exercise's *generations* takes over on the
-   exercise's next channel once the trusted side asks there, with the file imported afresh;
-   the server first says there how the one before ended (``{"op": "ended"}``: its signal or
-   exit status, its peak memory, and whether the server stopped it because the trusted side
-   gave up on it). The children answer:
-
-   * ``hello``: the functions the file defines, or why it does not import;
-   * ``call``: run one function on the arguments sent (tensors, numbers, models by name, toy
-     modules by value, the test's own hooks as callbacks) and send back its result, the
-     tensors it changed in place, the hooks it left on the models, or the exception it raised
-     (type, message, the stub it reached, the line of the learner's code);
-   * ``reset``: after each test, remove every hook left on the models and restore the
-     process-wide state (dtype, grad mode, global module hooks...);
-3. caps each child's CPU time (``RLIMIT_CPU``): a child stuck in a loop dies on its own, and
-   the grader's exercise deadline kills the whole sandbox anyway.
+* ``hello``: the functions the file defines, or why it does not import;
+* ``call``: one function run on the arguments sent, under a deadline (``--call-seconds``:
+  ``SIGALRM`` ends the process) and a cap on its CPU time (``RLIMIT_CPU``); back go its result,
+  the tensors it changed in place, the hooks it left on the models, or its exception;
+* ``reset``: after each test, the models' hooks and the process-wide state put back.
 
 On its standard error it says when each phase of its start ended and the CPU seconds it had used
 (``kata-learner-phase started|imports|models TIME CPU``), and how many CPU seconds each
-exercise's child used (``kata-learner-cpu EXERCISE CPU``): figures for the grader's benchmarks,
-never for a grade (the learner's code can write there too).
+exercise's process used (``kata-learner-cpu EXERCISE CPU``): figures for the grader's
+benchmarks, never for a grade (the learner's code can write there too).
 
 Verdicts are never computed here: whatever this process sends is data the trusted side checks.
-
-It parses its own few arguments (:func:`main`) because only the grader starts it, inside the
-sandbox, which must stay import-light: the command line (:mod:`grading.views.cli`) would import
-``grading``, which the sandbox does not hold.
+It parses its own few arguments (:func:`main`): the sandbox must stay import-light and holds no
+``grading``, where the command line (:mod:`grading.views.cli`) lives.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import functools
 import importlib
@@ -104,9 +90,8 @@ class Models:
                                f"{type(error).__name__}: {error}"[:500]) from error
 
     def adopt(self, loaded: dict) -> None:
-        """Models this process already holds, as ``{name: (model, tokenizer, clean snapshot)}``
-        (one just loaded; on the trusted side, the session models, to know their modules); a
-        name already adopted stays as it is."""
+        """Models this process already holds, ``{name: (model, tokenizer, clean snapshot)}``
+        (on the trusted side, its session models); a name already adopted stays as it is."""
         for name, (model, tokenizer, clean) in loaded.items():
             if name in self.loaded:
                 continue
@@ -115,27 +100,24 @@ class Models:
             self._tokenizers[id(tokenizer)] = name
 
     def preload(self) -> None:
-        """Load every session model, before any learner file runs. A model that does not load
-        is the machine's fault, and only this moment can say so truthfully: the server then
-        stops before it says it is ready, and the grader reports a sandbox that did not start.
-        (Later, any reply from an exercise's child may be the learner's code speaking.)"""
+        """Load every session model, before any learner file runs: only then can a model that
+        does not load be told as the machine's fault (the server stops before it is ready);
+        later, any reply from an exercise's child may be the learner's code speaking."""
         for name in SESSION_MODEL_NAMES:
             self.load(name)
 
-    def module(self, name: str, path: str):
+    def session(self, name: str) -> tuple:
+        """``(model, tokenizer, clean hook snapshot)`` of the session model ``name``."""
         if name not in SESSION_MODEL_NAMES:
             raise FrameError(f"no session model {name[:40]!r}")
         self.load(name)
+        return self.loaded[name]
+
+    def module(self, name: str, path: str):
         try:
-            return self.loaded[name][0].get_submodule(path)
+            return self.session(name)[0].get_submodule(path)
         except AttributeError:
             raise FrameError(f"the model {name} has no module {path[:80]!r}") from None
-
-    def tokenizer(self, name: str):
-        if name not in SESSION_MODEL_NAMES:
-            raise FrameError(f"no session model {name[:40]!r}")
-        self.load(name)
-        return self.loaded[name][1]
 
     def where(self, module) -> tuple[str, str] | None:
         return self._index.get(id(module))
@@ -150,56 +132,54 @@ class Models:
 class Exercise:
     """One exercise's child: the learner's module and what a test gave it."""
 
-    def __init__(self, models: Models, module_name: str, root: Path,
-                 impl_dir: Path | None = None, call_seconds: float = 0.0):
+    def __init__(self, models: Models, module_name: str, impl_dir: Path,
+                 call_seconds: float = 0.0):
         self.models = models
         self.call_seconds = call_seconds  # the deadline of one call (0: none)
         self.depth = 0  # calls in progress: a callback may lead to a call inside a call
-        self.root = root
-        self.impl_dir = impl_dir or root / "exercises"
+        self.impl_dir = impl_dir  # the learner's exercises/ folder
         self.module_name = module_name
         self.module = None
         self.import_error: str | None = None
         self.peer: Peer | None = None
-        self.values: dict[int, object] = {}  # oid -> a module the trusted side sent by value
-        self.value_paths: dict[int, tuple[int, str]] = {}
-        self.callables: dict[int, object] = {}  # cid -> a function the learner returned
-        self.touched: set = set()  # ("s", name) or ("v", oid): roots this test reached
         from kata.process_state import process_state
 
         self.baseline = process_state()
+        self._new_test()
+
+    def _new_test(self) -> None:
+        self.values: dict[int, object] = {}  # oid -> a module the trusted side sent by value
+        self.value_paths: dict[int, tuple[int, str]] = {}  # id(submodule) -> (oid, path)
+        self.callables: dict[int, object] = {}  # cid -> a function the learner returned
+        self.touched: set = set()  # ("s", name) or ("v", oid): roots this test reached
 
     def import_module(self) -> None:
         from kata.errors import import_error_sentence
 
-        source = f"exercises/{self.module_name}.py"
         try:
             self.module = importlib.import_module(f"exercises.{self.module_name}")
         except (Exception, SystemExit) as error:  # noqa: BLE001 - the learner's file
-            self.import_error = import_error_sentence(source, error)
+            self.import_error = import_error_sentence(f"exercises/{self.module_name}.py", error)
 
     # -- requests --------------------------------------------------------------
 
     def serve(self, message: dict, blobs: list) -> tuple[dict, list]:
         """Answer one request; a request this side cannot answer gets a ``fault`` reply (the
         trusted side treats it as what it is: the exercise cannot be graded further)."""
+        op = message.get("op")
         try:
-            return self._serve(message, blobs)
+            if op == "hello":
+                return self.hello(), []
+            if op == "call":
+                return self.call(message, blobs)
+            if op == "reset":
+                return self.reset(), []
+            raise FrameError(f"an unknown request {str(op)[:40]!r}")
         except FrameError as error:
             return {"fault": str(error)[:500]}, []
         except Exception as error:  # noqa: BLE001 - e.g. a value the trusted side sent that
             # does not load here: the exercise cannot be graded further, the process goes on
             return {"fault": f"{type(error).__name__}: {error}"[:500]}, []
-
-    def _serve(self, message: dict, blobs: list) -> tuple[dict, list]:
-        op = message.get("op")
-        if op == "hello":
-            return self.hello(), []
-        if op == "call":
-            return self.call(message, blobs)
-        if op == "reset":
-            return self.reset(), []
-        raise FrameError(f"an unknown request {str(op)[:40]!r}")
 
     def hello(self) -> dict:
         if self.module is None:
@@ -212,12 +192,7 @@ class Exercise:
     def call(self, message: dict, blobs: list) -> tuple[dict, list]:
         decoder = SandboxCodec(self)
         function = self._function(message)
-        args = decoder.decode(message.get("args", []), blobs)
-        kwargs = decoder.decode(message.get("kwargs", {"$d": []}), blobs)
-        if not isinstance(args, list) or not isinstance(kwargs, dict) \
-                or not all(isinstance(k, str) for k in kwargs):
-            raise FrameError("a call's arguments are not a list and a dict")
-        versions = [getattr(t, "_version", None) for t in decoder.table]
+        args, kwargs = decoder.decode_call(message, blobs)
         handles = self._instrument(message.get("instrument", []))
         error = None
         self.depth += 1
@@ -237,7 +212,7 @@ class Exercise:
         encoder = SandboxCodec(self, known={id(o): i for i, o in enumerate(decoder.table)})
         reply: dict = {}
         try:
-            reply["mutated"] = encoder.mutations(decoder.table, versions)
+            reply["mutated"] = encoder.mutations(decoder.table, decoder.versions)
             if error is None:
                 reply["result"] = encoder.encode(result)
         except FrameError as too_big:
@@ -248,6 +223,19 @@ class Exercise:
             reply["error"] = self.describe(error)
         reply["hooks"] = self.leaked_hooks()
         return reply, encoder.blobs
+
+    def callback(self, cb: int, args, kwargs):
+        """Run the test's hook ``cb`` on the trusted side; what it returned, or its error."""
+        encoder = SandboxCodec(self)
+        header = {"op": "callback", "cb": cb, **encoder.encode_call(args, kwargs)}
+        reply, blobs = self.peer.request(header, encoder.blobs)
+        decoder = SandboxCodec(self, table=encoder.table)
+        decoder.apply_mutations(reply.get("mutated", []), blobs)
+        if "error" in reply:
+            error = reply["error"] if isinstance(reply["error"], dict) else {}
+            token = error.get("token") if type(error.get("token")) is int else -1
+            raise CallbackError(token, str(error.get("text", "a hook of the test raised"))[:500])
+        return decoder.decode(reply.get("result"), blobs)
 
     def _function(self, message: dict):
         if "cid" in message:
@@ -272,14 +260,12 @@ class Exercise:
             if not isinstance(spec, dict) or type(spec.get("cb")) is not int:
                 raise FrameError("a hook of the test of no known form")
             module = self._root_module(spec.get("root"), spec.get("path"))
-            hook = CallbackHook(self, spec["cb"])
+            hook, kw = CallbackHook(self, spec["cb"]), spec.get("kw") is True
             if spec.get("kind") == "pre":
-                handles.append(module.register_forward_pre_hook(
-                    hook, with_kwargs=spec.get("kw") is True))
+                handles.append(module.register_forward_pre_hook(hook, with_kwargs=kw))
             else:
                 handles.append(module.register_forward_hook(
-                    hook, with_kwargs=spec.get("kw") is True,
-                    always_call=spec.get("always") is True))
+                    hook, with_kwargs=kw, always_call=spec.get("always") is True))
         return handles
 
     def _root_module(self, root, path):
@@ -328,16 +314,11 @@ class Exercise:
             for parameter in model.parameters():
                 parameter.grad = None
         removed = restore_process_state(self.baseline)
-        self.values.clear()
-        self.value_paths.clear()
-        self.callables.clear()
-        self.touched.clear()
-        try:
+        self._new_test()
+        with contextlib.suppress(Exception):  # no figures to close
             import matplotlib.pyplot as plt
 
             plt.close("all")
-        except Exception:  # noqa: BLE001 - no figures to close
-            pass
         return {"removed": removed[:50]}
 
     # -- exceptions ------------------------------------------------------------
@@ -365,10 +346,13 @@ class Exercise:
         return {"chain": chain, "stub": stub_reached(error, self.impl_dir),
                 "where": self.where(error), "traceback": self.learner_traceback(error)}
 
-    def _own_frames(self, error):
+    def _own_frames(self, error) -> list[tuple[str, str]]:
+        """``[("exercises/FILE.py, line N, in FUNCTION", source line)]``: the frames of
+        ``error``'s traceback in the learner's files."""
         prefix = str(self.impl_dir.resolve()) + os.sep
-        frames = traceback.extract_tb(error.__traceback__)
-        return [f for f in frames if os.path.abspath(f.filename).startswith(prefix)]
+        return [(f"{self.impl_dir.name}/{Path(f.filename).name}, line {f.lineno}, in {f.name}",
+                 (f.line or "").strip()) for f in traceback.extract_tb(error.__traceback__)
+                if os.path.abspath(f.filename).startswith(prefix)]
 
     def where(self, error: BaseException) -> str:
         from kata.errors import exception_chain
@@ -376,14 +360,11 @@ class Exercise:
         for exc in exception_chain(error):
             frames = self._own_frames(exc)
             if frames:
-                frame = frames[-1]
-                return (f"{self.impl_dir.name}/{Path(frame.filename).name}, line {frame.lineno}, "
-                        f"in {frame.name}")
+                return frames[-1][0]
         return ""
 
     def learner_traceback(self, error: BaseException) -> str:
-        lines = [f"  {self.impl_dir.name}/{Path(f.filename).name}, line {f.lineno}, in {f.name}: "
-                 f"{(f.line or '').strip()}" for f in self._own_frames(error)]
+        lines = [f"  {place}: {line}" for place, line in self._own_frames(error)]
         return "\n".join(lines[-12:])[:3000]
 
 
@@ -399,23 +380,6 @@ class CallbackHook:
 
     def __call__(self, *args, **kwargs):
         return self.exercise.callback(self.cb, args, kwargs)
-
-
-def _callback(self: Exercise, cb: int, args, kwargs):
-    encoder = SandboxCodec(self)
-    header = {"op": "callback", "cb": cb, "args": encoder.encode(list(args)),
-              "kwargs": encoder.encode(dict(kwargs))}
-    reply, blobs = self.peer.request(header, encoder.blobs)
-    decoder = SandboxCodec(self, table=encoder.table)
-    decoder.apply_mutations(reply.get("mutated", []), blobs)
-    if "error" in reply:
-        error = reply["error"] if isinstance(reply["error"], dict) else {}
-        token = error.get("token") if type(error.get("token")) is int else -1
-        raise CallbackError(token, str(error.get("text", "a hook of the test raised"))[:500])
-    return decoder.decode(reply.get("result"), blobs)
-
-
-Exercise.callback = _callback
 
 
 class SandboxCodec(Codec):
@@ -480,7 +444,7 @@ class SandboxCodec(Codec):
             self.table.append(module)
             return module
         if kind == "tokenizer":
-            return exercise.models.tokenizer(str(node.get("root")))
+            return exercise.models.session(str(node.get("root")))[1]
         if kind == "value_tokenizer":
             return pickle.loads(_blob_of(node.get("blob"), blobs))  # made by the trusted side
         if kind == "callback":
@@ -514,18 +478,15 @@ def _figure_of(value):
 
 def _serve_exercise(models: Models, root: Path, module: str, read_fd: int, write_fd: int,
                     cpu_seconds: int, call_seconds: float) -> int:
-    try:
-        with open("/proc/self/oom_score_adj", "w") as handle:
-            handle.write("500")  # the out-of-memory killer takes a child before the master
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as handle:
+        handle.write("500")  # the out-of-memory killer takes a child before the master
     signal.signal(signal.SIGALRM, signal.SIG_DFL)  # a call past its deadline ends the process
     from kata.session_models import threads_after_forking
 
     threads_after_forking()
     if cpu_seconds > 0:
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 5))
-    exercise = Exercise(models, module, root, call_seconds=call_seconds)
+    exercise = Exercise(models, module, root / "exercises", call_seconds=call_seconds)
     exercise.import_module()
     exercise.peer = Peer(read_fd, write_fd, exercise.serve)
     exercise.peer.serve_forever()
@@ -580,7 +541,6 @@ class Lineage:
         self.spare = list(pairs)  # channels no process has served yet
         self.pid: int | None = None  # the running process
         self.ended: dict = {}  # how the last process ended, for the next channel's first words
-        self.done = False  # the trusted side closed the next channel: no process is wanted
 
     def fds(self) -> set[int]:
         return {fd for pair in self.spare for fd in pair}

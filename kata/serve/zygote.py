@@ -10,19 +10,13 @@ models and the learner-facing ``kata``, as every submission's sandbox has them; 
 there shows), as root without a user namespace, so that it keeps the capabilities that joining
 namespaces takes. No learner code ever runs in it.
 
-For each submission the grader makes the submission's sandbox as before (``bwrap``: its folder,
-its private ``/tmp``, no network, its own process tree, its cgroup), with a placeholder process
-in it, and sends this process a request over the control socket: the sandbox's namespaces, the
-submission's cgroup, its limits, its channels and its standard error, all as file descriptors.
-The zygote forks; the child (:func:`join`) closes every other descriptor, joins the cgroup and
-the namespaces, becomes the unprivileged user with the sandbox's limits, forks once more so that
-its child is inside the sandbox's process tree, and says on the request's own reply socket
-whether it got there. Only then does that grandchild run :func:`kata.serve.server.serve`: the
-learner's files are imported there, with the models already loaded.
-
-What the learner's code can reach is what the cold start gives it: the same folders, the same
-uid, the same namespaces and limits. Neither the control socket nor any other descriptor of the
-zygote is left open in the grandchild.
+For each submission the grader makes the submission's sandbox as before (``bwrap``, with a
+placeholder process in it) and sends this process, over the control socket, the sandbox's
+namespaces, cgroup, limits, channels and standard error. A child of the zygote joins them
+(:func:`_spawn`, :func:`join`) and forks once more into the sandbox's process tree, where
+:func:`kata.serve.server.serve` imports the learner's files with the models already loaded.
+What the learner's code can reach is what the cold start gives it: the same folders, uid,
+namespaces and limits, and no descriptor of the zygote.
 
 It parses its own few arguments, as the server does, because only the grader starts it, in a
 sandbox that holds no ``grading``.
@@ -31,7 +25,7 @@ sandbox that holds no ``grading``.
 from __future__ import annotations
 
 import argparse
-import array
+import contextlib
 import ctypes
 import json
 import os
@@ -51,16 +45,6 @@ MAX_FDS = 253
 #: before the mounts; a new process tree takes effect in the next child).
 NAMESPACES = ("ipc", "uts", "net", "cgroup", "pid", "mnt")
 _PR_SET_NO_NEW_PRIVS = 38
-
-
-def receive(control: socket.socket) -> tuple[bytes, list[int]]:
-    """One request and the descriptors it carries; ``(b"", [])`` when the grader closed."""
-    message, ancillary, _, _ = control.recvmsg(MAX_REQUEST, socket.CMSG_SPACE(MAX_FDS * 4))
-    fds: list[int] = []
-    for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds += array.array("i", data[:len(data) - len(data) % 4]).tolist()
-    return message, fds
 
 
 def _libc():
@@ -110,8 +94,8 @@ def join(request: dict, namespace_fds: list[int], cgroup_fds: list[int]) -> None
 
 
 def _spawn(control: socket.socket, models, message: bytes, fds: list[int]) -> None:
-    """In the zygote's child: join the submission's sandbox, start its server there. Never
-    returns."""
+    """In the zygote's child: join the submission's sandbox, start its server there, and say
+    on the request's reply socket whether it got there. Never returns."""
     code, reply = 1, fds[0] if fds else -1
     try:
         control.close()
@@ -144,10 +128,8 @@ def _spawn(control: socket.socket, models, message: bytes, fds: list[int]) -> No
         os.write(reply, b"ok")
         code = 0
     except BaseException as error:  # noqa: BLE001 - the grader starts this server cold instead
-        try:
+        with contextlib.suppress(OSError):
             os.write(reply, f"failed: {type(error).__name__}: {error}"[:1000].encode())
-        except OSError:
-            pass
     finally:
         os._exit(code)
 
@@ -167,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     control.send(f"ready {usage.ru_utime + usage.ru_stime:.2f}".encode())  # its CPU seconds
     while True:
         try:
-            message, fds = receive(control)
+            message, fds, _, _ = socket.recv_fds(control, MAX_REQUEST, MAX_FDS)
         except OSError:
             return 0
         if not message:
