@@ -1,12 +1,10 @@
 """A matplotlib figure as plain data, and the same figure drawn again from it.
 
 A learner's plotting function runs in the grader's sandbox; its figure crosses the boundary as
-:func:`describe` (what is drawn: axes and their positions, titles, labels, limits, scales,
-ticks with their labels and rotation, lines, scatter and line collections, images and meshes
-(``pcolormesh``, ``pcolor``) with their colour map, norm, limits and colour bar, bars, texts,
-legends; a colour bar's own axes by its link alone) and the trusted side draws a real
-``Figure`` from it with :func:`rebuild`. The tests then read the rebuilt figure exactly as they
-read the learner's own in one process: what is drawn, whatever the plotting call.
+:func:`describe`'s plain data (its axes and what is drawn in them, a colour bar's own axes by its
+link alone) and the trusted side draws a real ``Figure`` from it with :func:`rebuild`. The tests
+then read the rebuilt figure exactly as they read the learner's own in one process: what is
+drawn, whatever the plotting call.
 """
 
 from __future__ import annotations

@@ -332,11 +332,9 @@ class Exercise:
                 text = str(exc)
             except Exception:  # noqa: BLE001
                 text = "<an error message that cannot be shown>"
-            plain_args = [a for a in exc.args if isinstance(a, (str, int, bool)) or a is None
-                          or (isinstance(a, float) and math.isfinite(a))][:4] \
-                if len(exc.args) <= 4 else []
-            if len(plain_args) != len(exc.args):
-                plain_args = [text]
+            plain = all(isinstance(a, (str, int, bool)) or a is None
+                        or (isinstance(a, float) and math.isfinite(a)) for a in exc.args)
+            plain_args = list(exc.args) if plain and len(exc.args) <= 4 else [text]
             chain.append({"types": [c.__name__ for c in type(exc).__mro__][:16],
                           "module": type(exc).__module__,
                           "args": [a[:MAX_MESSAGE_CHARS] if isinstance(a, str) else a
@@ -561,7 +559,7 @@ class Lineage:
         return True if _waiting_bytes(read_fd) else None
 
 
-def _fork_generation(lineage: Lineage, models: Models, root: Path, others: set[int],
+def _fork_generation(lineage: Lineage, lineages: list[Lineage], models: Models, root: Path,
                      cpu_seconds: int, call_seconds: float) -> None:
     """Start the lineage's next process on its next channel (first saying there how the one
     before ended, when there was one)."""
@@ -573,7 +571,7 @@ def _fork_generation(lineage: Lineage, models: Models, root: Path, others: set[i
     if pid == 0:
         code = 1
         try:
-            for fd in others | lineage.fds():
+            for fd in set().union(*(each.fds() for each in lineages)):  # the other channels
                 os.close(fd)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             code = _serve_exercise(models, root, lineage.module, read_fd, write_fd, cpu_seconds,
@@ -636,8 +634,7 @@ def serve(models: Models, root: Path, channels: list[tuple[str, str, Pairs]],
     running: dict[int, Lineage] = {}
 
     def start(lineage: Lineage) -> None:
-        others = set().union(*(other.fds() for other in lineages if other is not lineage))
-        _fork_generation(lineage, models, root, others, cpu_seconds, call_seconds)
+        _fork_generation(lineage, lineages, models, root, cpu_seconds, call_seconds)
         running[lineage.pid] = lineage
 
     for lineage in lineages:
