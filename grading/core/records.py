@@ -8,8 +8,7 @@ CSV, JSON or Gradescope file. Every record round-trips through JSON::
 
     record == TestRecord.from_json(json.loads(json.dumps(record.to_json())))
 
-Statuses and outcomes are string enums whose values are the words reports print ("timed out"),
-so JSON and CSV files read the same as before they were typed.
+Statuses and outcomes are string enums whose values are the words reports print.
 """
 
 from __future__ import annotations
@@ -58,10 +57,6 @@ class Status(StrEnum):
     #: graded as the learner's mistake. 0 points until graded again; the message says what failed.
     ENVIRONMENT_ERROR = "environment error"
 
-    @property
-    def done(self) -> bool:
-        return self is Status.DONE
-
 
 class Outcome(StrEnum):
     """What happened to one test."""
@@ -100,7 +95,7 @@ class CollectedTest:
     nodeid: str
     exercise: str | None  # the manifest id whose test file holds it; None for other tests
     name: str
-    checks: tuple[str, ...] = ()  # the public functions it is the secret check of (course/shared/secret.py)
+    checks: tuple[str, ...] = ()  # the public functions it is the secret check of
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -113,18 +108,14 @@ class CollectedTest:
 
 @dataclass(frozen=True)
 class TestRecord:
-    """One test's outcome, with the short facts the grader needs about its failure.
-
-    ``message`` is short, with paths relative to the kata; ``where`` is the deepest line of the
-    code under test the failure passed through; ``stub`` says the failure reached a
-    ``NotImplementedError`` raised in the code under test (an untouched stub), and ``function``
-    names that stub; ``import_error`` that the exercise file does not import; ``memory`` that
-    the code ran out of memory; ``diagnosis`` is the id of the mistake the test recognised
-    (:mod:`course.shared.diagnosis`), if it recognised one.
+    """One test's outcome, with the short facts the grader needs about its failure: ``message``
+    (short, paths relative to the kata), ``where`` (the deepest line of the code under test it
+    passed through), ``stub`` (it reached an untouched stub's ``NotImplementedError``, the stub
+    ``function``), ``import_error``, ``memory``, and ``diagnosis`` (the id of the mistake the
+    test recognised, :mod:`course.shared.diagnosis`).
 
     A stub is never a mistake: a record with ``stub`` set has no diagnosis, whatever the test
-    named (a test that catches ``RuntimeError`` around a call also catches the stub's
-    ``NotImplementedError``, one of its subclasses, and may name a mistake for it).
+    named (a test that catches ``RuntimeError`` also catches the stub's ``NotImplementedError``).
     """
 
     __test__ = False  # not a pytest test class, whatever its name
@@ -183,6 +174,13 @@ class TestRecord:
     def passed(self) -> bool:
         return self.outcome is Outcome.PASSED
 
+    @property
+    def reached(self) -> bool:
+        """Whether the code under test reached this test: it ran (not skipped, not "not run")
+        and stopped neither at an untouched stub nor at a file that does not import."""
+        return (self.counted and self.outcome is not Outcome.NOT_RUN and not self.stub
+                and not self.import_error)
+
     def to_json(self) -> dict:
         return {**asdict(self), "outcome": self.outcome.value}
 
@@ -204,13 +202,11 @@ class TestRecord:
 class ExerciseResult:
     """One exercise's status, its tests' records in order, and the points they earn.
 
-    Points: the exercise's points (from the manifest) in proportion to the tests that pass,
-    taken over the tests that ran (skipped tests count neither for nor against), and capped by
-    the share of its public functions that are confirmed: whose secret checks, on inputs drawn
-    from a seed only the grader knows, all ran and passed (``course/shared/secret.py``). Passing the
-    public tests with answers prepared for their inputs then earns nothing. (Records without
-    any secret check, from a test file that has none, are not capped: batch grading refuses
-    such an exercise.)
+    Points: the exercise's points in proportion to the tests that pass (over the tests that
+    ran), capped by the share of its public functions whose secret checks, on inputs drawn from
+    a seed only the grader knows, all ran and passed (``course/shared/secret.py``): answers
+    prepared for the public tests' inputs earn nothing. A test file without secret checks is
+    not capped (batch grading refuses one).
     """
 
     exercise: Exercise
@@ -226,6 +222,11 @@ class ExerciseResult:
     def counted(self) -> tuple[TestRecord, ...]:
         """The tests that count: every test except the skipped ones."""
         return tuple(t for t in self.tests if t.counted)
+
+    @property
+    def failures(self) -> tuple[TestRecord, ...]:
+        """The counted tests that did not pass, in order."""
+        return tuple(t for t in self.counted if not t.passed)
 
     @property
     def passed(self) -> int:
@@ -246,11 +247,9 @@ class ExerciseResult:
     @property
     def confirmed(self) -> tuple[str, ...]:
         """The public functions whose secret checks all ran and passed, in manifest order."""
-        verdicts: dict[str, list[bool]] = {}
-        for test in self.tests:
-            for function in test.checks:
-                verdicts.setdefault(function, []).append(test.passed)
-        return tuple(f for f in self.exercise.functions if verdicts.get(f) and all(verdicts[f]))
+        checked = {f for test in self.tests for f in test.checks}
+        failed = {f for test in self.tests if not test.passed for f in test.checks}
+        return tuple(f for f in self.exercise.functions if f in checked and f not in failed)
 
     @property
     def unconfirmed(self) -> tuple[str, ...]:
@@ -259,19 +258,17 @@ class ExerciseResult:
 
     @property
     def points(self) -> float:
-        if not self.total or self.void:
-            return 0.0
-        share = self.passed / self.total
         if self.capped:
             share = len(self.confirmed) / len(self.exercise.functions)
-        return round(self.exercise.points * share, 2)
+            return round(self.exercise.points * share, 2)
+        return self.uncapped_points
 
     @property
     def uncapped_points(self) -> float:
         """What the tests passed would earn without the secret checks' cap."""
         if not self.total or self.void:
             return 0.0
-        return round(self.exercise.points * self.passed / self.total, 2)
+        return round(self.exercise.points * (self.passed / self.total), 2)
 
     def why_unconfirmed(self) -> dict[str, str]:
         """For each public function a secret check did not confirm, why, in one line: the
@@ -298,7 +295,7 @@ class ExerciseResult:
 
     @property
     def done(self) -> bool:
-        return self.status.done
+        return self.status is Status.DONE
 
     @property
     def void(self) -> bool:
@@ -306,7 +303,7 @@ class ExerciseResult:
         return self.status is Status.ENVIRONMENT_ERROR
 
     def first_failure(self) -> TestRecord | None:
-        return next((t for t in self.counted if not t.passed), None)
+        return next(iter(self.failures), None)
 
     def to_json(self) -> dict:
         return {"id": self.exercise.id, "title": self.exercise.title, "bonus": self.exercise.bonus,
@@ -325,32 +322,18 @@ class ExerciseResult:
 
 
 def _exercise_by_id(exercises: Iterable[Exercise], wanted: str) -> Exercise:
-    exercises = list(exercises)
-    for exercise in exercises:
-        if exercise.id == wanted:
-            return exercise
-    known = ", ".join(e.id for e in exercises)
-    raise ValueError(f"the result names exercise {wanted!r}, which the manifest does not list "
-                     f"(it lists {known})")
-
-
-def _earned(rows: Iterable[ExerciseResult]) -> float:
-    return round(sum(r.points for r in rows), 2)
-
-
-def _maximum(rows: Iterable[ExerciseResult]) -> float:
-    return sum(r.max_points for r in rows)
+    by_id = {e.id: e for e in exercises}
+    if wanted not in by_id:
+        raise ValueError(f"the result names exercise {wanted!r}, which the manifest does not "
+                         f"list (it lists {', '.join(by_id)})")
+    return by_id[wanted]
 
 
 @dataclass(frozen=True)
 class SubmissionResult:
-    """Every exercise's result for one submission (or the learner's own folder).
-
-    The main part and the bonus are kept apart: :attr:`main_points` never exceeds
-    :attr:`max_points`, and bonus exercises (``bonus = true`` in the manifest) earn
-    :attr:`bonus_points` out of :attr:`max_bonus_points` on top. :attr:`points` is their total.
-    "All done" only asks for the exercises that are not bonus.
-    """
+    """Every exercise's result for one submission (or the learner's own folder). The main part
+    (:attr:`main_points` out of :attr:`max_points`) and the bonus exercises (:attr:`bonus_points`
+    out of :attr:`max_bonus_points`, on top) are kept apart; "all done" asks for the main part."""
 
     name: str
     exercises: tuple[ExerciseResult, ...]
@@ -371,20 +354,20 @@ class SubmissionResult:
 
     @property
     def main_points(self) -> float:
-        return _earned(self.core)
+        return round(sum(r.points for r in self.core), 2)
 
     @property
     def max_points(self) -> float:
         """The maximum of the main part (bonus points are extra credit)."""
-        return _maximum(self.core)
+        return sum(r.max_points for r in self.core)
 
     @property
     def bonus_points(self) -> float:
-        return _earned(self.bonus)
+        return round(sum(r.points for r in self.bonus), 2)
 
     @property
     def max_bonus_points(self) -> float:
-        return _maximum(self.bonus)
+        return sum(r.max_points for r in self.bonus)
 
     @property
     def points(self) -> float:

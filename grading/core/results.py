@@ -1,35 +1,21 @@
 """From recorded test outcomes to what a learner or instructor reads: statuses and points.
 
-Statuses (:class:`~grading.core.records.Status`), in the order they take precedence:
+:func:`exercise_status` decides each exercise's :class:`~grading.core.records.Status` from its
+tests' records, in this order of precedence: missing and error (nothing to grade), environment
+error, does not import, timed out, crashed, out of memory, then done, not started, in progress
+or failing. Across the trust boundary a call that times out, crashes or runs out of memory costs
+only its own function's tests (:mod:`grading.core.faults`): the status names the fault and the
+function, and the exercise's other functions still earn their points.
 
-===============  ============================================================================
-missing          the submission has no file for this exercise (instructor mode)
-error            nothing could be graded: no test was collected or recorded (the message says
-                 why), the batch was interrupted, or the grader itself failed
-does not import  the exercise file does not import (the message gives the line and the error);
-                 never "not started": the learner may have done the work
-timed out        a call ran past its deadline, or the tests past the exercise's time limit
-crashed          a call ended the process running it (segfault, os._exit, killed)
-out of memory    a call ran out of the memory allowed
-done             every test passed
-not started      no test passed and every failure reached an untouched stub
-in progress      some tests pass
-failing          no test passes, and not only because of stubs
-===============  ============================================================================
-
-Across the trust boundary a call that times out, crashes or runs out of memory costs only its
-own function's tests (:mod:`grading.core.faults`): the status names the fault and the function,
-and the exercise's other functions still earn their points.
-
-Points: each exercise's points (from its declaration) are awarded in proportion to the tests that
-pass. Tests that skip (GPT-2 not in the local cache) count neither for nor against: the
-proportion is taken over the tests that ran. Bonus exercises (``bonus = true`` in the manifest)
-earn bonus points, shown apart from the main part, whose maximum they do not raise; "all done"
-(exit status 0) only asks for the exercises that are not bonus.
+Points (:class:`~grading.core.records.ExerciseResult`): each exercise's points in proportion to
+the tests that pass, over the tests that ran (a skipped test counts neither for nor against).
+Bonus exercises earn bonus points, apart from the main part; "all done" (exit status 0) only
+asks for the main exercises.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 from grading.core.declarations import Exercise
@@ -52,8 +38,10 @@ def untouched_result(exercise: Exercise) -> ExerciseResult:
                           "NotImplementedError)")
 
 
-#: Test outcomes that decide the whole exercise's status, in the order they take precedence.
-_FATAL_OUTCOMES = {Outcome.TIMED_OUT: Status.TIMED_OUT, Outcome.CRASHED: Status.CRASHED}
+#: The faults of a test that decide the whole exercise's status, in order of precedence.
+_FAULTS = ((Status.TIMED_OUT, lambda test: test.outcome is Outcome.TIMED_OUT),
+           (Status.CRASHED, lambda test: test.outcome is Outcome.CRASHED),
+           (Status.OUT_OF_MEMORY, lambda test: test.memory))
 
 
 def _why(test: TestRecord) -> str:
@@ -71,13 +59,10 @@ def exercise_status(tests: Sequence[TestRecord]) -> tuple[Status, str]:
     hit = next((t for t in counted if t.import_error), None)
     if hit:
         return Status.NOT_IMPORTED, hit.message
-    for outcome, status in _FATAL_OUTCOMES.items():
-        hit = next((t for t in counted if t.outcome is outcome), None)
+    for status, fault in _FAULTS:
+        hit = next((t for t in counted if fault(t)), None)
         if hit:  # a call that ended its process names its function: the sentence says it all
             return status, hit.message if hit.function else _why(hit)
-    hit = next((t for t in counted if t.memory), None)
-    if hit:
-        return Status.OUT_OF_MEMORY, hit.message if hit.function else _why(hit)
     passed = sum(t.passed for t in counted)
     if not counted:
         return Status.DONE, "every test was skipped here"
@@ -100,25 +85,19 @@ def is_symptom(diagnosis: str | None) -> bool:
 
 
 def root_failure(row: ExerciseResult) -> TestRecord | None:
-    """The failure that names the exercise's root mistake, or None when no failure names one.
+    """The first failing test that names the exercise's root mistake, or None when none names one.
 
-    When several tests of one exercise fail, the first one often reports a symptom: a hook that
-    returns nothing first fails a test that checks the scaled values. The root is the diagnosis
-    that explains the most failures: among the specific diagnoses (not :func:`is_symptom`), the
-    one the most failing tests name, a tie going to the one met first; symptoms only when no
-    failure names anything more specific. This returns the first failing test that names it.
-    Untouched stubs, import errors and tests that never ran are not mistakes and never count.
+    The first failure often reports a symptom (a hook that returns nothing first fails a test
+    that checks the scaled values). The root is the specific diagnosis (not :func:`is_symptom`)
+    the most failing tests name, a tie going to the one met first; a symptom only when nothing
+    more specific is named. Only tests the code reached count (stubs, import errors and tests
+    that never ran are not mistakes).
     """
-    named = [(diagnosis_id(t.diagnosis), t) for t in row.counted
-             if not t.passed and t.diagnosis and not t.stub and not t.import_error
-             and t.outcome is not Outcome.NOT_RUN]
+    named = [(diagnosis_id(t.diagnosis), t) for t in row.failures if t.diagnosis and t.reached]
     if not named:
         return None
-    specific = [(d, t) for d, t in named if not is_symptom(d)]
-    named = specific or named
-    counts: dict[str, int] = {}
-    for diagnosis, _ in named:
-        counts[diagnosis] = counts.get(diagnosis, 0) + 1
+    named = [(d, t) for d, t in named if not is_symptom(d)] or named
+    counts = Counter(diagnosis for diagnosis, _ in named)
     best = max(counts.values())
     return next(t for diagnosis, t in named if counts[diagnosis] == best)
 
@@ -132,15 +111,13 @@ def summarize(exercises: list[Exercise], run, missing: dict[str, str] | None = N
     missing = missing or {}
     results = []
     for exercise in exercises:
-        if exercise.id in missing:
-            results.append(ExerciseResult(exercise, Status.MISSING, (), missing[exercise.id]))
-            continue
         tests = [run.results[t.nodeid] for t in run.tests
                  if t.exercise == exercise.id and t.nodeid in run.results]
-        if not tests and exercise.id in run.problems:
+        if exercise.id in missing:
+            tests, status, message = [], Status.MISSING, missing[exercise.id]
+        elif not tests and exercise.id in run.problems:
             status, message = run.problems[exercise.id]
-            results.append(ExerciseResult(exercise, status, (), message))
-            continue
-        status, message = exercise_status(tests)
+        else:
+            status, message = exercise_status(tests)
         results.append(ExerciseResult(exercise, status, tests, message))
     return SubmissionResult(name, tuple(results), dict(run.environment), seconds)

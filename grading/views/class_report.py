@@ -4,34 +4,26 @@
 the network and runs no script: styles are inline and every plot is an SVG drawn here. It reads
 top-down, the first screen first:
 
-* the summary numbers, then "teach next": the *root* mistakes (per learner and exercise, the
-  diagnosis that explains the most failing tests, see :func:`grading.core.results.root_failure`)
-  that several learners share (:func:`shared_threshold`: at least two, and at least a tenth of
-  the class), the most learners first, each with one anonymised example message; or, when no
-  mistake is shared, a sentence that says so. Then the class's most common problems, each with
-  the learners' names: exercises not started, files that do not import, time-outs, crashes,
-  out of memory, missing files, the machine's faults. An untouched stub is never a mistake: a
-  test that reached one names no diagnosis (:class:`~grading.core.records.TestRecord`);
-* the learners, sorted by score (and, folded, by status and by name: no script needed), each
-  linking to the list of that learner's failures further down; a cell per exercise with a
-  short status word and the points, so the table fits a 1,400-pixel window;
-* the score distribution (tenths of the main part's maximum, and a bin of its own for 100 %)
-  and the status counts of every exercise (stacked bars with their numbers, and the table);
+* the summary numbers, then "teach next": the *root* mistakes
+  (:func:`grading.core.results.root_failure`) that several learners share
+  (:func:`shared_threshold`), the most learners first, each with one anonymised example message,
+  or a sentence saying none is shared; then the class's most common problems (:data:`PROBLEMS`),
+  each with the learners' names. An untouched stub is never a mistake;
+* the learners, sorted by score (and, folded, by status and by name), a short status word and the
+  points per exercise, each linking to that learner's failures further down;
+* the score distribution (tenths of the main part's maximum, and a bin of its own for 100 %) and
+  the status counts of every exercise;
 * every diagnosed mistake across the class (:mod:`course.shared.diagnosis` ids), roots and symptoms;
-* the pass rate of every test over the learners who reached it, the tests below 100 % first
-  and the others folded: tests that were skipped, never ran (after a crash or a time-out), met
-  an untouched stub ("not started") or a file that does not import are counted apart, each
-  kind on its own, not as failures;
+* the pass rate of every test over the learners who reached it
+  (:attr:`~grading.core.records.TestRecord.reached`), the tests below 100 % first; skipped, never
+  run, "not started" and not imported are each counted apart, not as failures;
 * each learner's failures; a crash or an import error is one row, not one row per test.
 
-Like the JSON, it is rewritten (atomically, readable by the group) after every submission, so an
-interrupted batch still has a report of everything graded so far: :class:`ClassReport` does
-that. Every number shown is also carried by a ``data-*`` attribute, and the page embeds its
-figures as JSON (``<script type="application/json" id="class-data">``, data only, with ``<``,
-``>`` and ``&`` escaped: :func:`grading.core.sanitize.script_json`), so tests and scripts can
-read them back without scraping text.
-
-Everything a submission controls (its name, the messages its code raised) is escaped.
+:class:`ClassReport` rewrites it (atomically) after every submission, so an interrupted batch
+still has a report of everything graded so far. Every number shown is also a ``data-*``
+attribute, and the page embeds its figures as JSON (``<script type="application/json"
+id="class-data">``, escaped by :func:`grading.core.sanitize.script_json`), so tests and scripts
+can read them back. Everything a submission controls (its name, its messages) is escaped.
 """
 
 from __future__ import annotations
@@ -39,16 +31,17 @@ from __future__ import annotations
 import html
 import math
 import re
+import statistics
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from grading.core.declarations import Exercise
 
 from grading.core import sanitize
-from grading.core.records import ExerciseResult, Outcome, Status, SubmissionResult, TestRecord
+from grading.core.records import Outcome, Status, SubmissionResult
 from grading.views.reports import write_text_atomically
 from grading.core.results import root_failure
 
@@ -79,9 +72,10 @@ STATUS_COLOURS = {
     Status.CRASHED: "#4e342e", Status.OUT_OF_MEMORY: "#ad1457", Status.MISSING: "#eeeeee",
     Status.ERROR: "#e53935", Status.ENVIRONMENT_ERROR: "#1565c0",
 }
-#: The word a learner's cell shows for each status (the full status is its tooltip and is
-#: spelled out in the legend above the table): short, so seven exercises fit a 1,400-pixel
-#: window.
+#: The statuses whose colour is light: written on in black, the others in white.
+LIGHT = frozenset({Status.NOT_STARTED, Status.MISSING, Status.IN_PROGRESS})
+#: The word a learner's cell shows for each status (the full status is its tooltip and is in
+#: the legend above the table): short, so seven exercises fit a 1,400-pixel window.
 STATUS_WORDS = {
     Status.DONE: "done", Status.IN_PROGRESS: "partial", Status.FAILING: "failing",
     Status.NOT_STARTED: "unstarted", Status.NOT_IMPORTED: "no import", Status.TIMED_OUT: "timeout",
@@ -98,13 +92,6 @@ STATUS_RANK = {status: rank for rank, status in enumerate((
 # --------------------------------------------------------------------------- the numbers
 
 
-def reached(test: TestRecord) -> bool:
-    """Whether the learner's code reached this test: it ran (not skipped, not "not run") and
-    did not stop at an untouched stub or at a file that does not import."""
-    return (test.counted and test.outcome is not Outcome.NOT_RUN and not test.stub
-            and not test.import_error)
-
-
 @dataclass(frozen=True)
 class TestPassRate:
     """How many of the learners who reached one test passed it; the others apart."""
@@ -114,8 +101,8 @@ class TestPassRate:
     nodeid: str
     exercise: str | None
     name: str
-    passed: int
-    ran: int  # learners who reached the test (see :func:`reached`)
+    passed: int = 0
+    ran: int = 0  # learners who reached the test (TestRecord.reached)
     skipped: int = 0
     not_run: int = 0  # never ran: the test process crashed or timed out before it
     not_started: int = 0  # stopped at an untouched stub
@@ -198,47 +185,30 @@ class ClassSummary:
             "learners": self.learners, "max_points": self.max_points,
             "mean_points": self.mean_points, "median_points": self.median_points,
             "all_done": self.all_done, "histogram": self.histogram,
-            "status_counts": self.status_counts,
-            "shared": self.shared,
-            "teach_next": [_root_json(r) for r in self.teach_next],
-            "roots": [_root_json(r) for r in self.roots],
-            "problems": [{"status": p.status.value, "learners": p.learners,
-                          "share": round(p.share, 4),
-                          "exercises": {e: list(names) for e, names in p.exercises}}
+            "status_counts": self.status_counts, "shared": self.shared,
+            "teach_next": [_json(r) for r in self.teach_next],
+            "roots": [_json(r) for r in self.roots],
+            "problems": [_json(p, status=p.status.value,
+                               exercises={e: list(names) for e, names in p.exercises})
                          for p in self.problems],
-            "tests": [{"nodeid": t.nodeid, "exercise": t.exercise, "name": t.name,
-                       "passed": t.passed, "ran": t.ran, "rate": round(t.rate, 4),
-                       "skipped": t.skipped, "not_run": t.not_run,
-                       "not_started": t.not_started, "not_imported": t.not_imported}
-                      for t in self.tests],
-            "diagnoses": [{"id": d.id, "count": d.count, "learners": d.learners,
-                           "share": round(d.share, 4), "example": d.example,
-                           "exercises": list(d.exercises), "roots": d.roots}
-                          for d in self.diagnoses],
+            "tests": [_json(t, rate=t.rate) for t in self.tests],
+            "diagnoses": [_json(d) for d in self.diagnoses],
             "undiagnosed_failures": self.undiagnosed_failures,
         }
 
 
-def _root_json(root: RootMistake) -> dict:
-    return {"id": root.id, "learners": root.learners, "share": round(root.share, 4),
-            "exercises": list(root.exercises), "explained": root.explained,
-            "example": root.example, "names": list(root.names)}
+def _json(record, **overrides) -> dict:
+    """A summary record's fields and ``overrides`` as JSON: tuples as lists, shares and rates
+    to four decimals."""
+    return {key: round(value, 4) if key in ("share", "rate")
+            else list(value) if isinstance(value, tuple) else value
+            for key, value in {**asdict(record), **overrides}.items()}
 
 
 def shared_threshold(learners: int) -> int:
     """How many learners must make a mistake for "teach next" to list it: at least
     :data:`SHARED_LEARNERS`, and at least :data:`SHARED_SHARE` of the class."""
     return max(SHARED_LEARNERS, math.ceil(SHARED_SHARE * learners - 1e-9))
-
-
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return 0.0
-    middle = len(ordered) // 2
-    if len(ordered) % 2:
-        return ordered[middle]
-    return (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def score_bin(points: float, maximum: float, bins: int = SCORE_BINS) -> int:
@@ -251,25 +221,9 @@ def score_bin(points: float, maximum: float, bins: int = SCORE_BINS) -> int:
     return max(0, min(bins - 1, int(points / maximum * bins + 1e-9)))
 
 
-def _failures(result: SubmissionResult) -> list[tuple[str, TestRecord]]:
-    """(exercise id, record) of every counted test that did not pass."""
-    return [(row.exercise.id, t) for row in result.exercises for t in row.counted if not t.passed]
-
-
-def _real_failures(row: ExerciseResult) -> list[TestRecord]:
-    """The failing tests worth a row of their own: reached, not passed."""
-    return [t for t in row.counted if not t.passed and reached(t)]
-
-
 def _unfinished(result: SubmissionResult) -> bool:
     """Whether the learner has something to see in the failures section."""
-    return any(not row.done for row in result.exercises) or bool(_failures(result))
-
-
-def _diagnosis(test: TestRecord) -> str | None:
-    """The test's diagnosis id, validated again here: a record is validated when it is read
-    (:class:`~grading.core.records.TestRecord`), and the summary must not depend on it."""
-    return sanitize.diagnosis_id(test.diagnosis)
+    return any(not row.done or row.failures for row in result.exercises)
 
 
 def anonymised(message, name: str) -> str:
@@ -280,31 +234,14 @@ def anonymised(message, name: str) -> str:
     return message
 
 
-def summarize_class(results: Sequence[SubmissionResult],
-                    exercises: Sequence[Exercise]) -> ClassSummary:
-    """The class's numbers: what :func:`render_class_report` draws."""
-    exercises = list(exercises)
-    n = len(results)
-    maximum = results[0].max_points if results else float(
-        sum(e.points for e in exercises if not e.bonus))
-    main = [r.main_points for r in results]
-    histogram = [0] * (SCORE_BINS + 1)
-    for points in main:
-        histogram[score_bin(points, maximum)] += 1
-
-    status_counts = {e.id: {} for e in exercises}
-    for result in results:
-        for row in result.exercises:
-            counts = status_counts.setdefault(row.exercise.id, {})
-            counts[row.status.value] = counts.get(row.status.value, 0) + 1
-
-    order: dict[str, int] = {}
-    tally: dict[str, Counter] = {}
+def _pass_rate_tests(results: Sequence[SubmissionResult]) -> list[TestPassRate]:
+    """Every test's pass rate over the learners who reached it, the hardest first (a tie in the
+    order the tests were first met), the tests nobody reached last."""
+    tally: dict[str, Counter] = {}  # node id -> learners per column of TestPassRate
     about: dict[str, tuple[str | None, str]] = {}
     for result in results:
         for row in result.exercises:
             for test in row.tests:
-                order.setdefault(test.nodeid, len(order))
                 about.setdefault(test.nodeid, (test.exercise or row.exercise.id, test.name))
                 counts = tally.setdefault(test.nodeid, Counter())
                 if not test.counted:
@@ -318,62 +255,77 @@ def summarize_class(results: Sequence[SubmissionResult],
                 else:
                     counts["ran"] += 1
                     counts["passed"] += test.passed
-    tests = [TestPassRate(nodeid, *about[nodeid], tally[nodeid]["passed"], tally[nodeid]["ran"],
-                          tally[nodeid]["skipped"], tally[nodeid]["not_run"],
-                          tally[nodeid]["not_started"], tally[nodeid]["not_imported"])
-             for nodeid in order]
-    tests.sort(key=lambda t: (not t.ran, t.rate, -t.ran, order[t.nodeid]))
+    tests = [TestPassRate(nodeid, *about[nodeid], **counts) for nodeid, counts in tally.items()]
+    return sorted(tests, key=lambda t: (not t.ran, t.rate, -t.ran))  # stable: first met first
 
-    counts: Counter = Counter()
-    learners: dict[str, set[int]] = {}
-    examples: dict[str, str] = {}
-    where: dict[str, list[str]] = {}
-    undiagnosed = 0
-    root_learners: dict[str, set[int]] = {}
-    root_where: dict[str, list[str]] = {}
-    root_explained: Counter = Counter()
-    root_examples: dict[str, str] = {}
-    for index, result in enumerate(results):
-        for exercise_id, test in _failures(result):
-            diagnosis = None if test.stub else _diagnosis(test)  # a stub is never a mistake
-            if not diagnosis:
-                undiagnosed += reached(test)
-                continue
-            counts[diagnosis] += 1
-            learners.setdefault(diagnosis, set()).add(index)
-            examples.setdefault(diagnosis, anonymised(test.message, result.name))
-            places = where.setdefault(diagnosis, [])
-            if exercise_id not in places:
-                places.append(exercise_id)
+
+@dataclass
+class _Seen:
+    """One diagnosis as the class is counted: who made it, where, an example, how often."""
+
+    learners: set[int] = field(default_factory=set)
+    exercises: dict[str, None] = field(default_factory=dict)  # in the order met
+    example: str | None = None
+    count: int = 0
+
+    def add(self, learner: int, exercise_id: str, example: str, count: int = 1) -> None:
+        self.learners.add(learner)
+        self.exercises[exercise_id] = None
+        self.example = example if self.example is None else self.example
+        self.count += count
+
+
+def summarize_class(results: Sequence[SubmissionResult],
+                    exercises: Sequence[Exercise]) -> ClassSummary:
+    """The class's numbers: what :func:`render_class_report` draws. Diagnosis ids are validated
+    again here: a record is validated when it is read, and the summary must not depend on it."""
+    exercises = list(exercises)
+    n = len(results)
+    maximum = results[0].max_points if results else float(
+        sum(e.points for e in exercises if not e.bonus))
+    main = [r.main_points for r in results]
+    histogram = [0] * (SCORE_BINS + 1)
+    for points in main:
+        histogram[score_bin(points, maximum)] += 1
+    status_counts = {e.id: Counter() for e in exercises}
+    for result in results:
         for row in result.exercises:
+            status_counts.setdefault(row.exercise.id, Counter())[row.status.value] += 1
+
+    mistakes: dict[str, _Seen] = {}
+    roots_seen: dict[str, _Seen] = {}
+    undiagnosed = 0
+    for index, result in enumerate(results):
+        for row in result.exercises:
+            for test in row.failures:
+                diagnosis = None if test.stub else sanitize.diagnosis_id(test.diagnosis)
+                if diagnosis:  # a stub is never a mistake
+                    mistakes.setdefault(diagnosis, _Seen()).add(
+                        index, row.exercise.id, anonymised(test.message, result.name))
+                else:
+                    undiagnosed += test.reached
             root = root_failure(row)
-            if root is None:
-                continue
-            diagnosis = _diagnosis(root)
-            root_learners.setdefault(diagnosis, set()).add(index)
-            root_explained[diagnosis] += sum(_diagnosis(t) == diagnosis
-                                             for t in row.counted if not t.passed)
-            root_examples.setdefault(diagnosis, anonymised(root.message, result.name))
-            places = root_where.setdefault(diagnosis, [])
-            if row.exercise.id not in places:
-                places.append(row.exercise.id)
-    first_seen = {d: i for i, d in enumerate(examples)}
-    diagnoses = [DiagnosisCount(d, counts[d], len(learners[d]), len(learners[d]) / n if n else 0.0,
-                                examples[d], tuple(where[d]),
-                                len(root_learners.get(d, ()))) for d in counts]
-    diagnoses.sort(key=lambda d: (-d.learners, -d.count, first_seen[d.id]))
-    roots = [RootMistake(d, len(who), len(who) / n if n else 0.0, tuple(root_where[d]),
-                         root_explained[d], root_examples[d],
-                         tuple(results[i].name for i in sorted(who)))
-             for d, who in root_learners.items()]
+            if root is not None:
+                diagnosis = sanitize.diagnosis_id(root.diagnosis)
+                explained = sum(sanitize.diagnosis_id(t.diagnosis) == diagnosis
+                                for t in row.failures)
+                roots_seen.setdefault(diagnosis, _Seen()).add(
+                    index, row.exercise.id, anonymised(root.message, result.name), explained)
+    first_seen = {d: i for i, d in enumerate(mistakes)}
+    diagnoses = [DiagnosisCount(d, m.count, len(m.learners), len(m.learners) / n, m.example,
+                                tuple(m.exercises), len(roots_seen.get(d, _Seen()).learners))
+                 for d, m in mistakes.items()]
+    diagnoses.sort(key=lambda d: (-d.learners, -d.count))  # stable: first seen first on a tie
+    roots = [RootMistake(d, len(r.learners), len(r.learners) / n, tuple(r.exercises), r.count,
+                         r.example, tuple(results[i].name for i in sorted(r.learners)))
+             for d, r in roots_seen.items()]
     roots.sort(key=lambda r: (-r.learners, -r.explained, first_seen.get(r.id, 0)))
     shared = shared_threshold(n)
-
     return ClassSummary(
-        learners=n, max_points=maximum,
-        mean_points=round(sum(main) / n, 2) if n else 0.0,
-        median_points=round(_median(main), 2), all_done=sum(r.all_done for r in results),
-        histogram=histogram, status_counts=status_counts, tests=tests, diagnoses=diagnoses,
+        learners=n, max_points=maximum, mean_points=round(sum(main) / n, 2) if n else 0.0,
+        median_points=round(statistics.median(main or [0.0]), 2),
+        all_done=sum(r.all_done for r in results), histogram=histogram,
+        status_counts=status_counts, tests=_pass_rate_tests(results), diagnoses=diagnoses,
         undiagnosed_failures=undiagnosed, exercises=exercises,
         teach_next=[r for r in roots if r.learners >= shared][:TEACH_NEXT], roots=roots,
         problems=class_problems(results, exercises), shared=shared)
@@ -394,8 +346,7 @@ def class_problems(results: Sequence[SubmissionResult],
             found.setdefault(row.status, {}).setdefault(row.exercise.id, []).append(result.name)
             who.setdefault(row.status, set()).add(index)
     order = {e.id: k for k, e in enumerate(exercises)}
-    n = len(results)
-    problems = [ClassProblem(status, len(who[status]), len(who[status]) / n if n else 0.0,
+    problems = [ClassProblem(status, len(who[status]), len(who[status]) / len(results),
                              tuple((e, tuple(names)) for e, names in sorted(
                                  found[status].items(), key=lambda item: order.get(item[0], 99))))
                 for status in PROBLEMS if status in found]
@@ -458,8 +409,7 @@ def histogram_svg(histogram: Sequence[int], width: int = 560, height: int = 220)
     parts.append(f'<text x="{left + plot_w / 2}" y="{height - 4}" font-size="11" '
                  'text-anchor="middle">main points, share of the maximum (bin start; the last '
                  'bin: full marks)</text>')
-    parts.append("</svg>")
-    return "".join(parts)
+    return "".join(parts) + "</svg>"
 
 
 def status_bars_svg(status_counts: dict[str, dict[str, int]], learners: int,
@@ -470,7 +420,6 @@ def status_bars_svg(status_counts: dict[str, dict[str, int]], learners: int,
     legend = [s for s in STATUS_COLOURS if any(s.value in c for c in status_counts.values())]
     height = top + row_h * len(status_counts) + 22 * ((len(legend) + 3) // 4) + 8
     plot_w = width - left - 10
-    dark = {Status.NOT_STARTED, Status.MISSING, Status.IN_PROGRESS}
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" role="img" aria-label="status per exercise" '
              f'class="plot" id="status-bars">',
@@ -492,7 +441,7 @@ def status_bars_svg(status_counts: dict[str, dict[str, int]], learners: int,
                          f'<title>{_e(exercise_id)}: {count} {_e(status.value)}</title></rect>')
             if w >= 8 * len(str(count)) + 4:
                 parts.append(f'<text x="{x + w / 2:.1f}" y="{y + 17}" font-size="11" '
-                             f'text-anchor="middle" fill="{"#000" if status in dark else "#fff"}"'
+                             f'text-anchor="middle" fill="{"#000" if status in LIGHT else "#fff"}"'
                              f'>{count}</text>')
             x += w
     y = top + row_h * len(status_counts) + 6
@@ -501,8 +450,7 @@ def status_bars_svg(status_counts: dict[str, dict[str, int]], learners: int,
         parts.append(f'<rect x="{lx}" y="{ly}" width="12" height="12" '
                      f'fill="{STATUS_COLOURS[status]}" stroke="#999"/>'
                      f'<text x="{lx + 16}" y="{ly + 11}" font-size="11">{_e(status.value)}</text>')
-    parts.append("</svg>")
-    return "".join(parts)
+    return "".join(parts) + "</svg>"
 
 
 def _rate_bar(rate: float) -> str:
@@ -551,11 +499,10 @@ def _status_cell(status: Status, short: bool = False) -> str:
     """A status chip: the status in full, or (``short``) its short word with the status in
     full as its tooltip."""
     colour = STATUS_COLOURS.get(status, "#fff")
-    light = status in (Status.NOT_STARTED, Status.MISSING, Status.IN_PROGRESS)
     word = STATUS_WORDS.get(status, status.value) if short else status.value
     title = f' title="{_e(status.value)}"' if short else ""
     return (f'<span class="status" style="background:{colour};color:'
-            f'{"#000" if light else "#fff"}"{title}>{_e(word)}</span>')
+            f'{"#000" if status in LIGHT else "#fff"}"{title}>{_e(word)}</span>')
 
 
 def _overview(summary: ClassSummary) -> str:
@@ -631,8 +578,6 @@ def _teach_next(summary: ClassSummary) -> str:
     else:
         problems = ('<p class="muted" id="class-problems">No exercise is unstarted, broken, '
                     "timed out or crashed.</p>")
-    # the shared mistakes first; when none is shared, the sentence that says so, then the
-    # problems lead
     return f'<div id="teach-next">{mistakes}{problems}</div>'
 
 
@@ -714,7 +659,7 @@ def _learner_rows(results: Sequence[SubmissionResult], exercises: Sequence[Exerc
             f'data-points="{_n(by_id[e.id].points)}">'
             f"{_status_cell(by_id[e.id].status, short=True)} {_n(by_id[e.id].points)}</td>"
             if e.id in by_id else "<td></td>" for e in exercises)
-        failures = sum(len(_real_failures(row)) for row in result.exercises)
+        failures = sum(t.reached for row in result.exercises for t in row.failures)
         text = (_plural(failures, "failing test") if failures
                 else f"{sum(not row.done for row in result.exercises)} not done")
         link = f'<a href="#{anchor}">{text}</a>' if _unfinished(result) else "none"
@@ -773,12 +718,13 @@ def _learner_sections(results: Sequence[SubmissionResult]) -> str:
         anchor = learner_anchor(index, result.name)
         items = []
         for row in result.exercises:
-            failures = [t for t in row.counted if not t.passed]
+            failures = row.failures
             if row.done and not failures:
                 continue
             root = root_failure(row)
             root_note = (f' <span class="muted">root mistake:</span> <code>'
-                         f'{_e(_diagnosis(root))}</code>' if root is not None else "")
+                         f'{_e(sanitize.diagnosis_id(root.diagnosis))}</code>'
+                         if root is not None else "")
             items.append(f'<tr class="exercise-row" data-exercise="{_e(row.exercise.id)}">'
                          f'<td>{_e(row.exercise.id)}</td><td colspan="3">'
                          f"{_status_cell(row.status)} {_e(_short(row.message, 300))}"
@@ -787,9 +733,10 @@ def _learner_sections(results: Sequence[SubmissionResult]) -> str:
             not_run = [t for t in failures if t.outcome is Outcome.NOT_RUN]
             broken = [t for t in failures if t.import_error and not t.stub]
             for test in failures:
-                if not reached(test):
+                if not test.reached:
                     continue
-                diagnosis = f"<code>{_e(_diagnosis(test))}</code>" if test.diagnosis else ""
+                diagnosis = (f"<code>{_e(sanitize.diagnosis_id(test.diagnosis))}</code>"
+                             if test.diagnosis else "")
                 items.append(f'<tr class="failure" data-nodeid="{_e(test.nodeid)}"><td></td>'
                              f"<td>{_e(test.name)}<br><span class=\"muted\">"
                              f"{_e(test.outcome.value)}</span></td><td>{diagnosis}</td>"
@@ -859,28 +806,22 @@ def write_class_report(results: Iterable[SubmissionResult], path: Path | str,
                        exercises: Sequence[Exercise], expected: int | None = None) -> Path:
     """Write the class report of ``results`` to ``path`` (atomically, readable by the group:
     :func:`grading.views.reports.write_text_atomically`) and return the path."""
-    return write_text_atomically(Path(path), render_class_report(list(results), exercises,
-                                                                  expected=expected))
+    return write_text_atomically(path, render_class_report(results, exercises, expected=expected))
 
 
 class ClassReport:
-    """A class report rewritten after every submission: ``add(result)`` as each one finishes.
-
-    The page lists submissions in the order they finished; :meth:`finish` rewrites it in the
-    order given (the batch's order).
-    """
+    """A class report rewritten after every submission (``add(result)`` as each one finishes),
+    listing them in the order they finished; :meth:`finish` rewrites it in the order given."""
 
     def __init__(self, path: Path | str, exercises: Sequence[Exercise],
                  expected: int | None = None):
         self.path = Path(path)
         self.exercises = list(exercises)
         self.expected = expected
-        self.results: list[SubmissionResult] = []
-        write_class_report(self.results, self.path, self.exercises, expected)
+        self.finish([])
 
     def add(self, result: SubmissionResult) -> None:
-        self.results.append(result)
-        write_class_report(self.results, self.path, self.exercises, self.expected)
+        self.finish([*self.results, result])
 
     def finish(self, results: Sequence[SubmissionResult] | None = None) -> None:
         if results is not None:

@@ -94,9 +94,8 @@ def exercise_table(result: SubmissionResult) -> str:
     if skipped:
         reason = skipped[0].message.split(";")[0].split(" (")[0]
         lines.append(f"  ({len(skipped)} skipped, counted neither for nor against: {reason})")
-    lines.append("")
-    lines.append(f"  progress {progress_bar(fraction)}  {score(result)}, {done} of {len(core)} "
-                 "exercises done")
+    lines += ["", f"  progress {progress_bar(fraction)}  {score(result)}, {done} of {len(core)} "
+                  "exercises done"]
     return sanitize.terminal("\n".join(lines))
 
 
@@ -144,11 +143,9 @@ def next_step(result: SubmissionResult, hint_levels: dict[str, dict[str, int]],
         lines.append(_indent(row.message))
     elif failure is not first:  # the root mistake is not what the first failing test shows
         root = sanitize.diagnosis_id(failure.diagnosis)
-        explained = sum(sanitize.diagnosis_id(t.diagnosis) == root
-                        for t in row.counted if not t.passed)
-        failing = sum(not t.passed for t in row.counted)
-        lines.append(f"  the mistake behind most failures ({explained} of {failing} failing "
-                     f"tests): {root}, as {failure.name} says ({exercise.tests})")
+        explained = sum(sanitize.diagnosis_id(t.diagnosis) == root for t in row.failures)
+        lines.append(f"  the mistake behind most failures ({explained} of {len(row.failures)} "
+                     f"failing tests): {root}, as {failure.name} says ({exercise.tests})")
         lines.append(_indent(failure.message or failure.outcome))
     else:
         lines.append(f"  first failing test: {failure.name} ({exercise.tests})")
@@ -173,10 +170,8 @@ def exercise_summary(result: SubmissionResult, hint_levels: dict[str, dict[str, 
     tests = f"{row.passed}/{row.total} tests pass{skipped}, " if row.total or row.skipped else ""
     lines = [f"{row.exercise.id} {row.exercise.title}: {row.status}, {tests}"
              f"{row.points:g}/{row.max_points:g} points", ""]
-    if row.done:
-        lines.append(f"{row.exercise.id} is done: {row.passed}/{row.total} tests pass.")
-    else:
-        lines.append(next_step(result, hint_levels, impl))
+    lines.append(f"{row.exercise.id} is done: {row.passed}/{row.total} tests pass." if row.done
+                 else next_step(result, hint_levels, impl))
     return sanitize.terminal("\n".join(lines))
 
 
@@ -253,11 +248,6 @@ class CsvReport:
         self.handle.close()
 
 
-def submission_dict(result: SubmissionResult) -> dict:
-    """The submission's JSON (:meth:`SubmissionResult.to_json`), with the full environment."""
-    return {**result.to_json(), "environment": environment(result)}
-
-
 def _umask() -> int:
     try:  # Linux: read it without changing it
         for line in Path("/proc/self/status").read_text().splitlines():
@@ -302,26 +292,20 @@ def write_atomically(path: Path, data) -> None:
 def json_report(results: list[SubmissionResult]) -> dict:
     info = environment()
     info["models"] = sorted({m for r in results for m in r.environment.get("models", [])})
-    return {"environment": info, "submissions": [submission_dict(r) for r in results]}
+    # each submission's JSON with its full environment
+    return {"environment": info, "submissions": [{**r.to_json(), "environment": environment(r)}
+                                                 for r in results]}
 
 
 # --------------------------------------------------------------------------- Gradescope
 
 
 def gradescope_results(result: SubmissionResult) -> dict:
-    """Gradescope's ``results.json``: a test entry per test, worth an equal share of its
-    exercise's points. Skipped tests are left out (they count neither for nor against). Where
-    the secret checks cap an exercise's points (they confirmed a smaller share of its functions
-    than its tests passed), its passing tests earn that capped total between them, so the tests'
-    scores add up to the top-level ``score`` Gradescope records.
-
-    Bonus tests follow Gradescope's extra-credit convention: each keeps its real ``max_score``
-    (its score never exceeds it), is named and tagged "extra credit", and the assignment's total
-    points are set to the main part's maximum (:attr:`SubmissionResult.max_points`), so a
-    learner with the bonus scores above 100 %. The ``output`` says so.
-
-    A passing test of a capped exercise says why it earns less than its share: which function's
-    secret check failed, and what that cost (:func:`capped_output`)."""
+    """Gradescope's ``results.json``: an entry per counted test, worth an equal share of its
+    exercise's points; where the secret checks cap an exercise's points, its passing tests share
+    the capped total and say why (:func:`capped_output`), so the tests' scores add up to the
+    top-level ``score``. Bonus tests are Gradescope's extra credit: named and tagged so, each
+    with its real ``max_score``, over an assignment whose total is the main part's maximum."""
     tests = []
     for row in result.exercises:
         exercise = row.exercise
@@ -338,13 +322,11 @@ def gradescope_results(result: SubmissionResult) -> dict:
                 output = capped_output(row, earned, share)
             else:
                 output = test.message or test.outcome.value
-            entry = {
-                "name": f"{label}: {test.name}{suffix}", "number": f"{exercise.number}.{number}",
-                "score": round(earned if passed else 0.0, 4),
-                "max_score": round(share, 4),
-                "status": "passed" if passed else "failed",
-                "output": output, "visibility": "visible", **extra,
-            }
+            entry = {"name": f"{label}: {test.name}{suffix}",
+                     "number": f"{exercise.number}.{number}",
+                     "score": round(earned if passed else 0.0, 4), "max_score": round(share, 4),
+                     "status": "passed" if passed else "failed", "output": output,
+                     "visibility": "visible", **extra}
             if test.diagnosis:
                 entry["extra_data"] = {"diagnosis": sanitize.diagnosis_id(test.diagnosis)}
             tests.append(entry)
