@@ -1,47 +1,22 @@
 """GitHub Classroom: the autograding workflow of a template repository made from this kata.
 
-``python grader.py classroom DIR`` writes ``DIR/.github/workflows/classroom.yml``, the workflow
-GitHub Classroom runs on every push of a learner's repository:
+``python grader.py classroom DIR`` writes ``DIR/.github/workflows/classroom.yml``
+(docs/instructors.md, "GitHub Classroom", says what it does on every push): it restores or makes
+the kata's environment and the converted model and saves them before any exercise runs, runs one
+step per exercise, ``python grader.py classroom-step N`` (:func:`grade_step`: the batch's trust
+boundary, no sandbox; a file still exactly the stub handed out, ``--untouched``, is "not started"
+without running its tests), then ``classroom-resources/autograding-grading-reporter@v1``.
 
-* ``actions/setup-python`` with its pip cache, then ``actions/cache/restore`` of the kata's
-  virtual environment (``.venv``: CPU torch, the kata, SmolLM2) and of the converted model
-  (``~/.cache/kata``), keyed on the Python version and ``pyproject.toml``. Only a push that
-  finds no cache installs torch and converts SmolLM2, and ``actions/cache/save`` saves both
-  right after that, before any exercise runs: the first push saves them whatever its grade
-  (``actions/cache`` alone saves at the end of a job that succeeded, and a job with any
-  unfinished exercise fails), so every later push restores them;
-* one step per exercise (``course/exN_*/exercise.toml``). It runs
-  ``python grader.py classroom-step N`` (:func:`grade_step`), which grades exercise N of
-  ``exercises/`` across the same trust boundary as the batch, without a sandbox (the time limit
-  below, a deadline per call, crash and memory handling) and
-  writes the step's ``result`` output in the reporter's format (:func:`reporter_result`): one
-  entry per test, the passing ones sharing the exercise's points equally (one entry per function
-  where the secret checks cap the points), so Classroom's partial credit is the batch grader's
-  (``grader.py batch``) to the hundredth of a point. The command carries the SHA-256 of the
-  exercise file as the template hands it out (``--untouched``): a file still exactly that stub
-  is "not started" at once, without running its tests (every test fails on a stub, which the
-  maintainer suite checks), so a push grades only the exercises the learner began;
-* then ``classroom-resources/autograding-grading-reporter@v1``, which adds the steps' scores up
-  and sends the total to Classroom.
-
-The reporter counts the points of a step only when its ``max_score`` is above 0, and cannot
-give extra credit. So the bonus exercise is a step with ``max_score`` 0: the log shows its tests,
-and Classroom's total is the main part's, out of the main maximum, as in the batch's ``main``.
-The reporter also fails the job when any step's result says "fail": a bonus step's result says
-"pass" whatever its tests (each test entry keeps its own status, so the log still shows which
-fail), and the step may not fail the job either (``continue-on-error``), so a learner with full
-main marks and no bonus gets a green run. A step that ends without writing its result (killed at
-its time limit) is read as a result of no points (:func:`fallback_result`), so the reporter
-still reports the total.
-
-Settings (``MPLBACKEND``, ``KATA_TORCH_THREADS``, ...) are written into each step's command,
-so they hold whatever the runner passes on.
+Each step writes its ``result`` in the reporter's format (:func:`reporter_result`), so that
+Classroom's partial credit is the batch grader's to the hundredth of a point. The reporter counts
+only steps whose ``max_score`` is above 0, gives no extra credit and fails the job on any result
+that says "fail": so a bonus exercise is a step of ``max_score`` 0 whose result says "pass" and
+which may not fail the job (``continue-on-error``). A step that writes no result (killed at its
+time limit) is read as a result of no points (:func:`fallback_result`). Settings
+(``MPLBACKEND``, ...) are written into each step's command, whatever the runner passes on.
 
 ``--template`` (grading-only mode) first copies into ``DIR`` what learners may see
-(:func:`grading.core.declarations.handed_out_files`): the stubs, the course without any
-exercise's answers (``solution.py``, ``variants.py``, ``mistakes.py``), the learner kit and the
-grader, and a learner-facing ``README.md``; never the maintainers' ``tests/`` or the
-benchmarks.
+(:func:`grading.core.declarations.handed_out_files`) and a learner-facing ``README.md``.
 """
 
 from __future__ import annotations
@@ -81,6 +56,9 @@ CHECK_TIMEOUT_SECONDS = 600
 #: Written into every grading command (the runner's environment is not relied upon).
 COMMAND_ENVIRONMENT = {"MPLBACKEND": "Agg", "KATA_TORCH_THREADS": "2",
                        "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+_ENVIRONMENT_PREFIX = " ".join(f"{k}={v}" for k, v in COMMAND_ENVIRONMENT.items())
+#: The Python that converts SmolLM2 into the model cache, once per environment.
+CONVERT_MODEL = "from grading.box.submissions import prepare_shared_model_cache as p; p()"
 #: Longest message per test in a step's result (GitHub limits a step's outputs to 1 MB).
 RESULT_MESSAGE_CHARS = 800
 #: The names of the workflow's set-up steps (the act test reads which of them ran).
@@ -90,17 +68,12 @@ CONVERT_STEP = "Convert SmolLM2 (when no cache was restored)"
 SAVE_STEP = "Save the environment and the model now, before any exercise runs"
 
 
-
-def _environment_prefix() -> str:
-    return " ".join(f"{k}={v}" for k, v in COMMAND_ENVIRONMENT.items())
-
-
 def check_command(exercise: Exercise, handed_out: str | None = None) -> str:
-    """The step's command: grade the exercise, write the step's ``result`` output;
-    ``handed_out`` is the SHA-256 of the exercise file as the template hands it out."""
+    """The step's command: grade the exercise, append the step's ``result`` to
+    ``$GITHUB_OUTPUT``; ``handed_out`` is the SHA-256 of the exercise file as handed out."""
     untouched = f" --untouched {handed_out}" if handed_out else ""
-    return (f"{_environment_prefix()} {PYTHON} grader.py classroom-step {exercise.number} "
-            f"--timeout {CHECK_TIMEOUT_SECONDS}{untouched}")
+    return (f"{_ENVIRONMENT_PREFIX} {PYTHON} grader.py classroom-step {exercise.number} "
+            f'--timeout {CHECK_TIMEOUT_SECONDS}{untouched} --output "$GITHUB_OUTPUT"')
 
 
 def file_digest(path: Path) -> str | None:
@@ -118,10 +91,6 @@ def handed_out_digests(template_dir: Path, exercises: Sequence[Exercise]) -> dic
     return {exercise_id: digest for exercise_id, digest in digests.items() if digest}
 
 
-def step_id(exercise: Exercise) -> str:
-    return exercise.id
-
-
 def _q(value) -> str:
     """A YAML scalar: JSON strings and numbers are valid YAML, and never change type."""
     return json.dumps(value)
@@ -137,56 +106,47 @@ def _shares(points: float, n: int) -> list[float]:
             for k in range(1, n + 1)]
 
 
-def _entry(row: ExerciseResult, name: str, passed: bool, score: float, message: str) -> dict:
-    return {"name": f"{row.exercise.id}: {name}", "status": "pass" if passed else "fail",
-            "score": score, "message": sanitize.bounded(message, RESULT_MESSAGE_CHARS)}
+def _entries(row: ExerciseResult, points: float,
+             verdicts: list[tuple[str, bool, str]]) -> list[dict]:
+    """An entry per ``(name, passed, message)``; the passing entries share ``points`` equally."""
+    scores = iter(_shares(points, sum(passed for _, passed, _ in verdicts)))
+    return [{"name": f"{row.exercise.id}: {name}", "status": "pass" if passed else "fail",
+             "score": next(scores) if passed else 0,
+             "message": sanitize.bounded(message, RESULT_MESSAGE_CHARS)}
+            for name, passed, message in verdicts]
 
 
-def _test_entries(row: ExerciseResult, points: float) -> list[dict]:
-    """One entry per counted test; the passing tests share ``points`` equally."""
-    passing = [] if row.void else [t for t in row.counted if t.passed]
-    scores = iter(_shares(points, len(passing)))
-    entries = []
-    for test in row.counted:
-        passed = test.passed and not row.void
-        message = (f"{row.status}: {row.message}" if row.void
-                   else "" if passed else test.message or test.outcome.value)
-        entries.append(_entry(row, test.name, passed, next(scores) if passed else 0, message))
-    return entries
+def _test_verdicts(row: ExerciseResult) -> list[tuple[str, bool, str]]:
+    """Per counted test: its name, whether it passed (none does where the results are void),
+    and why not."""
+    if row.void:
+        return [(t.name, False, f"{row.status}: {row.message}") for t in row.counted]
+    return [(t.name, t.passed, "" if t.passed else t.message or t.outcome.value)
+            for t in row.counted]
 
 
-def _function_entries(row: ExerciseResult, points: float) -> list[dict]:
-    """One entry per public function, passing where its secret checks confirmed it; the
-    confirmed ones share ``points`` equally. Used where the secret checks cap the points, so
-    that the reporter's own count (passed entries / entries x max_score) is the same share."""
-    scores = iter(_shares(points, len(row.confirmed)))
+def _function_verdicts(row: ExerciseResult) -> list[tuple[str, bool, str]]:
+    """Per public function: whether its secret checks confirmed it, and why not. Used where the
+    secret checks cap the points, so that the reporter's own count (passed entries / entries x
+    max_score) is the same share."""
     reasons = row.why_unconfirmed()
-    entries = []
-    for function in row.exercise.functions:
-        confirmed = function in row.confirmed
-        entries.append(_entry(row, f"{function} (confirmed by its secret checks)", confirmed,
-                              next(scores) if confirmed else 0,
-                              "" if confirmed else f"{function} is not confirmed: "
-                                                   f"{reasons[function]}"))
-    return entries
+    return [(f"{f} (confirmed by its secret checks)", f in row.confirmed,
+             "" if f in row.confirmed else f"{f} is not confirmed: {reasons[f]}")
+            for f in row.exercise.functions]
 
 
 def reporter_result(row: ExerciseResult) -> dict:
-    """One exercise's result in the format of ``autograding-grading-reporter``: ``max_score``
-    (the exercise's points; 0 for a bonus exercise, which the reporter then leaves out of the
-    total), a status ("fail" fails the job: a main exercise not done; a bonus always "pass")
-    and entries whose scores add up to the batch grader's points for the exercise
-    (:attr:`ExerciseResult.points`). The reporter grades with the scores, and prints passed
-    entries / entries x max_score, so both must be that share: an entry per counted test, the
-    passing ones sharing the points equally; or, where the secret checks confirm a smaller
-    share of the functions than the tests passed (answers that fit the public inputs only), an
-    entry per function, passing where confirmed."""
+    """One exercise's result in the format of ``autograding-grading-reporter`` (see the
+    module's docstring). The reporter grades with the entries' scores and prints passed entries
+    / entries x max_score, so both must be the batch's :attr:`ExerciseResult.points`: an entry
+    per counted test, or, where the secret checks cap the points, an entry per function."""
     exercise = row.exercise
     maximum = 0 if exercise.bonus else exercise.points
     points = row.points if maximum else 0
-    tests = _function_entries(row, points) if row.capped else _test_entries(row, points)
-    if not tests:  # nothing ran (the file does not import, or every test skipped)
-        tests.append(_entry(row, str(row.status), row.done, 0, row.message or row.status.value))
+    verdicts = _function_verdicts(row) if row.capped else _test_verdicts(row)
+    # nothing ran (the file does not import, or every test skipped): one entry says why
+    tests = _entries(row, points, verdicts or [(str(row.status), row.done,
+                                                row.message or row.status.value)])
     # a bonus never fails the run: its entries show its tests, its status never says "fail"
     passed = row.done or exercise.bonus
     return {"version": 1, "status": "pass" if passed else "fail", "max_score": maximum,
@@ -306,7 +266,7 @@ def workflow_yaml(exercises: Sequence[Exercise], handed_out: dict[str, str] | No
         f"      - name: {_q(CONVERT_STEP)}",
         "        id: convert",
         f"        if: {missed}",
-        f"        run: {_q(_environment_prefix() + ' ' + PYTHON + ' -c ' + repr(_CONVERT))}",
+        f"        run: {_q(f'{_ENVIRONMENT_PREFIX} {PYTHON} -c {CONVERT_MODEL!r}')}",
         # always(): whatever comes later, and only what was made whole (a half-made
         # environment saved under the key would be restored by every later push)
         f"      - name: {_q(SAVE_STEP)}",
@@ -320,10 +280,10 @@ def workflow_yaml(exercises: Sequence[Exercise], handed_out: dict[str, str] | No
                                                       if exercise.bonus else "")
         lines += [
             f"      - name: {_q(title)}",
-            f"        id: {step_id(exercise)}",
+            f"        id: {exercise.id}",
             f"        timeout-minutes: {STEP_TIMEOUT_MINUTES}",
             *(["        continue-on-error: true"] if exercise.bonus else []),
-            f"        run: {_q(check_command(exercise, handed_out.get(exercise.id)) + ' --output ' + chr(34) + '$GITHUB_OUTPUT' + chr(34))}",
+            f"        run: {_q(check_command(exercise, handed_out.get(exercise.id)))}",
         ]
     lines += [
         "      - name: Autograding Reporter",
@@ -331,18 +291,15 @@ def workflow_yaml(exercises: Sequence[Exercise], handed_out: dict[str, str] | No
         "        env:",
     ]
     for exercise in exercises:
-        variable = f"{step_id(exercise).upper()}_RESULTS"
+        variable = f"{exercise.id.upper()}_RESULTS"
         fallback = reporter_output(fallback_result(exercise)).strip().removeprefix("result=")
-        value = f"${{{{ steps.{step_id(exercise)}.outputs.result || '{fallback}' }}}}"
+        value = f"${{{{ steps.{exercise.id}.outputs.result || '{fallback}' }}}}"
         lines.append(f"          {variable}: {_q(value)}")
     lines += [
         "        with:",
-        f"          runners: {_q(','.join(step_id(e) for e in exercises))}",
+        f"          runners: {_q(','.join(e.id for e in exercises))}",
     ]
     return "\n".join(lines) + "\n"
-
-
-_CONVERT = "from grading.box.submissions import prepare_shared_model_cache as p; p()"
 
 
 def write_classroom_workflow(template_dir: Path | str,
@@ -397,21 +354,15 @@ its next hint. Your instructor may grade the final version again.
 """
 
 
-def export_template(template_dir: Path | str, source_root: Path | str = ROOT) -> Path:
-    """Copy into ``template_dir`` what learners may see (see the module's docstring), with the
-    learner-facing README. Returns ``template_dir``."""
+def write_classroom_template(template_dir: Path | str, source_root: Path | str = ROOT) -> Path:
+    """Grading-only mode: copy into ``template_dir`` what learners may see (see the module's
+    docstring) with the learner-facing README, then write the workflow."""
     source_root, template_dir = Path(source_root), Path(template_dir)
     template_dir.mkdir(parents=True, exist_ok=True)
     for relative in handed_out_files(source_root):
         target = template_dir / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source_root / relative, target)
-    exercises = load_exercises(source_root)
-    (template_dir / "README.md").write_text(learner_readme(exercises), encoding="utf-8")
-    return template_dir
-
-
-def write_classroom_template(template_dir: Path | str, source_root: Path | str = ROOT) -> Path:
-    """Grading-only mode: export what learners may see, then write the workflow."""
-    export_template(template_dir, source_root)
+    readme = learner_readme(load_exercises(source_root))
+    (template_dir / "README.md").write_text(readme, encoding="utf-8")
     return write_classroom_workflow(template_dir)

@@ -1,24 +1,18 @@
-"""Drawing the post's figures 6 to 11, exercise 5's logit-lens figures 12 and 13, and the
-patching figures 14 (exercise 6) and 15 (exercise 7), with the learner's own functions.
+"""Drawing the post's figures with the learner's own functions.
 
-``python grader.py figures DIR`` runs this module in a child process (so an endless loop in an
-exercise cannot hang the grader) which loads the chosen model once and, for each figure, calls
-the learner's functions on the post's texts. Inputs the figure only displays (the hidden states
-of the penguin sentence) are computed here directly from the model, so that each figure depends
-only on the functions of its own exercise. A figure whose function is not written yet (it raises
-``NotImplementedError``) is skipped, and the output says so. Each figure is saved with a tight
-bounding box; the output says what it should show on the model in use (the manifest's
-``[exercise.expect.<recipe>]``), warns when its labels collide or are clipped (measured on
-the drawn figure, :func:`legibility_problems`), and, for a
-learner's ``exercises/``, puts the reference solution's drawing beside it
-(``fig06_..._reference.png``) and both into one ``contact_sheet.png``.
+``python grader.py figures DIR`` runs this module in a child process (:func:`render`: an endless
+loop in an exercise cannot hang the grader), which loads the chosen model once and, for each
+figure, calls the learner's functions on the post's texts. Inputs a figure only displays are
+computed here from the model, so each figure depends only on its own exercise's functions. A
+figure whose function is still a stub is skipped, and the output says so. Each figure is saved
+with a tight bounding box; the output says what it should show on the model in use (the
+manifest's ``[exercise.expect.<recipe>]``), warns when its labels collide or are clipped
+(:func:`legibility_problems`), and, for a learner's ``exercises/``, puts the reference
+solution's drawing beside it (``fig06_..._reference.png``) and both into ``contact_sheet.png``.
 
-Which figures exist, their files and captions, and which exercise owns each, is in each
-exercise's ``exercise.toml`` (``figures = [{recipe, file, caption}]``); how each is drawn is the
-exercise's own ``drawing.py`` (``course/ex6_activation_patching/drawing.py`` defines ``fig14``).
-This module saves the figures, measures their legibility and puts the reference beside them: an
-exercise added later gets its figures with its declaration and its drawing file, and no edit
-here.
+Which figures exist, their files and captions, and which exercise owns each, is declared in each
+``exercise.toml`` (``figures = [{recipe, file, caption}]``); each is drawn by a function named
+after its recipe in the exercise's own ``drawing.py``: a new exercise needs no edit here.
 
 The child parses its own few arguments (:func:`main`) because only :func:`render` starts it, in
 a process of its own; the command a person types is ``python grader.py figures DIR``.
@@ -56,13 +50,13 @@ def planned_figures(exercises: list[Exercise] | None = None) -> list[tuple[Exerc
     without drawing code raises :class:`DeclarationError`."""
     exercises = load_exercises() if exercises is None else exercises
     known = drawings(exercises)
-    for exercise in exercises:
-        for figure in exercise.figures:
-            if figure.recipe not in known:
-                raise DeclarationError(
-                    f"{exercise.folder}/exercise.toml: figure {figure.file} names recipe "
-                    f"{figure.recipe!r}, which {exercise.folder}/drawing.py does not draw")
-    return [(exercise, figure) for exercise in exercises for figure in exercise.figures]
+    planned = [(exercise, figure) for exercise in exercises for figure in exercise.figures]
+    for exercise, figure in planned:
+        if figure.recipe not in known:
+            raise DeclarationError(
+                f"{exercise.folder}/exercise.toml: figure {figure.file} names recipe "
+                f"{figure.recipe!r}, which {exercise.folder}/drawing.py does not draw")
+    return planned
 
 
 # --------------------------------------------------------------------------- legibility
@@ -89,30 +83,26 @@ def _overlapping(boxes) -> int:
 def _shown_tick_labels(axis) -> list:
     """The tick labels of ``axis`` that are drawn: visible, not empty, inside the view limits."""
     low, high = sorted(axis.get_view_interval())
-    labels = []
-    for tick in axis.get_major_ticks():
-        label = tick.label1
-        if low <= tick.get_loc() <= high and label.get_visible() and label.get_text().strip():
-            labels.append(label)
-    return labels
+    return _visible([tick.label1 for tick in axis.get_major_ticks()
+                     if low <= tick.get_loc() <= high])
 
 
-def _shown_texts(fig) -> list:
-    """Every piece of text a reader sees: titles, axis labels, tick labels, annotations."""
-    texts = list(fig.texts)
-    if getattr(fig, "_suptitle", None) is not None:
-        texts.append(fig._suptitle)
-    for ax in fig.axes:
-        texts += [ax.title, ax.xaxis.label, ax.yaxis.label, *ax.texts]
-        texts += _shown_tick_labels(ax.xaxis) + _shown_tick_labels(ax.yaxis)
+def _visible(texts) -> list:
+    """The texts that are drawn and not empty."""
     return [t for t in texts if t.get_visible() and str(t.get_text()).strip()]
 
 
 def _axes_texts(ax) -> list:
     """The texts that belong to one axes' frame: its title, axis labels and tick labels."""
-    texts = [ax.title, ax.xaxis.label, ax.yaxis.label]
-    texts += _shown_tick_labels(ax.xaxis) + _shown_tick_labels(ax.yaxis)
-    return [t for t in texts if t.get_visible() and str(t.get_text()).strip()]
+    return _visible([ax.title, ax.xaxis.label, ax.yaxis.label,
+                     *_shown_tick_labels(ax.xaxis), *_shown_tick_labels(ax.yaxis)])
+
+
+def _shown_texts(fig) -> list:
+    """Every piece of text a reader sees: titles, axis labels, tick labels, annotations."""
+    suptitle = getattr(fig, "_suptitle", None)
+    texts = [*fig.texts, *([suptitle] if suptitle is not None else [])]
+    return _visible(texts) + [t for ax in fig.axes for t in _axes_texts(ax) + _visible(ax.texts)]
 
 
 def _clipped(text, renderer) -> bool:
@@ -125,20 +115,13 @@ def _clipped(text, renderer) -> bool:
 
 
 def legibility_problems(fig) -> list[str]:
-    """What a reader cannot read in ``fig``, measured from the rendered figure, with the fix.
+    """What a reader cannot read in ``fig``, each with its fix, measured on the drawn boxes of
+    its texts (as ``grader.py figures`` and Jupyter save it: with a tight bounding box, so a
+    label beyond the figure's edge is still seen whole): x tick labels of one axes that collide
+    with their neighbours, texts of different panels that collide, annotations of one panel that
+    run into each other, and a text cut off by its own clip box (``clip_on=True``)."""
+    from matplotlib.text import Text
 
-    The figure is measured as ``grader.py figures`` and Jupyter show it: drawn, then saved with a
-    tight bounding box, which grows the picture to take in every text (so a label beyond the
-    figure's own edge is still seen whole). Three checks, on the drawn boxes of the texts (a
-    rotated label's box is its rotated extent):
-
-    * x tick labels of one axes that collide with their neighbours (31 layer names side by side
-      do not fit; the same names standing upright do);
-    * texts of different panels that collide (a title over its neighbour's, tick labels
-      running into the next panel);
-    * annotations of one panel that run into each other (labels of neighbouring points);
-    * a text clipped by its own box (``clip_on=True``), cut where the box ends.
-    """
     if not hasattr(fig.canvas, "get_renderer"):  # a bare Figure(), made without pyplot
         from matplotlib.backends.backend_agg import FigureCanvasAgg
 
@@ -168,11 +151,8 @@ def legibility_problems(fig) -> list[str]:
                 "with layout='constrained') or make it larger")
             break
     for n, ax in enumerate(fig.axes, start=1):
-        from matplotlib.text import Text
-
-        notes = [t for t in ax.texts if t.get_visible() and str(t.get_text()).strip()]
         # the text's own box: an annotation's extent also takes in its arrow
-        boxes = [(t, Text.get_window_extent(t, renderer)) for t in notes]
+        boxes = [(t, Text.get_window_extent(t, renderer)) for t in _visible(ax.texts)]
         pair = next(((a, b) for i, (a, box) in enumerate(boxes) for b, other in boxes[i + 1:]
                      if _collide(box, other)), None)
         if pair is not None:
@@ -312,8 +292,7 @@ def render(root: Path, out: Path, impl: str, model_name: str | None, not_done: s
                "--not-done", ",".join(sorted(not_done))]
     if model_name:
         command += ["--model", model_name]
-    env = child_environment(root)
-    child = subprocess.Popen(command, cwd=root, env=env, start_new_session=True)
+    child = subprocess.Popen(command, cwd=root, env=child_environment(root), start_new_session=True)
     try:
         return child.wait(timeout=timeout)
     except subprocess.TimeoutExpired:

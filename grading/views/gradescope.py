@@ -1,21 +1,13 @@
 """Gradescope: the autograder zip, and what its ``run_autograder`` runs.
 
 ``python grader.py gradescope-bundle autograder.zip`` builds the zip to upload as a Gradescope
-programming assignment's autograder:
-
-* ``setup.sh``: run once when Gradescope builds the image. It installs Python 3.11 if the image
-  has no Python 3.11 or newer, makes a virtual environment, installs CPU torch, the kata and
-  SmolLM2, and converts SmolLM2 once, so no submission pays for it;
-* ``run_autograder``: run per submission, as ``python grader.py gradescope-run``
-  (:func:`grade_for_gradescope`). It grades ``/autograder/submission`` (whatever the
-  learner uploaded: the exercise files, ``exercises/``, a copy of the kata, or a zip of these)
-  in a fresh sandbox with the batch grader's limits, and writes
-  ``/autograder/results/results.json`` (a test entry per test, see
-  :func:`grading.views.reports.gradescope_results`);
-* the kata itself (:func:`grading.core.declarations.handed_out_files`): the learner kit, the
-  course without any exercise's answers (``solution.py``, ``variants.py``, ``mistakes.py``), the
-  grader, the stubs in ``exercises/``, ``conftest.py``, ``pyproject.toml`` and ``grader.py``;
-  never the maintainers' ``tests/``.
+programming assignment's autograder (docs/instructors.md, "Gradescope"): ``setup.sh``, run once
+when Gradescope builds the image (a Python 3.11+, a virtual environment, CPU torch, the kata and
+SmolLM2, converted once); ``run_autograder``, run per submission as ``python grader.py
+gradescope-run`` (:func:`grade_for_gradescope`: ``/autograder/submission`` graded in a fresh
+sandbox with the batch grader's limits, into ``/autograder/results/results.json``, see
+:func:`grading.views.reports.gradescope_results`); and the kata as learners may see it
+(:func:`grading.core.declarations.handed_out_files`), never the maintainers' ``tests/``.
 
 ``/autograder`` can be moved with ``KATA_AUTOGRADER_ROOT`` (the maintainer tests run the bundle in
 a temporary folder that way), and the Python that runs the grader with ``KATA_AUTOGRADER_PYTHON``.
@@ -36,6 +28,7 @@ from grading.core.faults import CALL_SECONDS
 from kata.requirements import SMOLLM2_PACKAGE
 
 from grading.views import reports
+from grading.views.classroom import CONVERT_MODEL, TORCH, TORCH_INDEX
 from grading.core.records import SubmissionResult
 from grading.box.submissions import GradingOptions, grade_batch
 
@@ -44,8 +37,6 @@ ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 300.0
 #: Address space of each test process; the container should have a little more memory.
 MEMORY_LIMIT_MB = 4096
-TORCH = "torch==2.13.0"
-TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 
 #: setup.sh, first part: a Python 3.11+ that can make a virtual environment, and the venv.
 #: Debian and Ubuntu ship ``ensurepip`` apart (python3.X-venv), and ``import venv`` works
@@ -99,7 +90,7 @@ SETUP_INSTALL = f"""PIP=("$ROOT/venv/bin/python" -m pip install --quiet --disabl
 # Convert SmolLM2 once, into the image, so that no submission pays for it.
 export KATA_CACHE="${{KATA_CACHE:-$ROOT/kata-cache}}"
 "$ROOT/venv/bin/python" -c \\
-    'from grading.box.submissions import prepare_shared_model_cache as p; p()'
+    '{CONVERT_MODEL}'
 """
 
 SETUP_SH = SETUP_PYTHON + SETUP_INSTALL
@@ -128,14 +119,9 @@ def _add_script(archive: zipfile.ZipFile, name: str, text: str) -> None:
 def build_gradescope_bundle(zip_path: Path | str, source_root: Path | str = ROOT,
                             exercises: Sequence[str] | None = None,
                             call_seconds: float = CALL_SECONDS) -> Path:
-    """Write the autograder zip and return its path.
-
-    Args:
-        zip_path: where the zip goes.
-        source_root: the kata to bundle (default: this one).
-        exercises: grade only these exercise ids (default: every exercise).
-        call_seconds: the deadline of one call of a learner's function.
-    """
+    """Write the autograder zip of the kata in ``source_root`` and return its path; it grades
+    only ``exercises`` (ids; default: all), each call of a learner's function within
+    ``call_seconds``."""
     zip_path, source_root = Path(zip_path), Path(source_root)
     options = f" --exercises {','.join(exercises)}" if exercises else ""
     if call_seconds != CALL_SECONDS:
