@@ -80,6 +80,19 @@ def exercise_test_code(folder: Path) -> list[Path]:
     return sorted(p for p in Path(folder).glob("*.py") if p.name not in NOT_TEST_CODE)
 
 
+#: id(node) -> (node, every node under it): each module-level definition is walked once, not
+#: once for every (function, clause) and test that reaches it.
+_WALKED: dict[int, tuple[ast.AST, list[ast.AST]]] = {}
+
+
+def walked(node: ast.AST) -> list[ast.AST]:
+    """``list(ast.walk(node))``, made once per node."""
+    kept = _WALKED.get(id(node))
+    if kept is None or kept[0] is not node:
+        kept = _WALKED[id(node)] = (node, list(ast.walk(node)))
+    return kept[1]
+
+
 class ReachMap:
     """What each test function of an exercise reaches, following names through its test code
     (the test files and the helper modules beside them, as one namespace)."""
@@ -87,6 +100,7 @@ class ReachMap:
     def __init__(self, paths: list[Path]):
         self.definitions: dict[str, list[ast.AST]] = {}
         self.tests = []
+        self._reached: dict[int, list[ast.AST]] = {}
         for path in paths:
             tree = ast.parse(path.read_text(encoding="utf-8"))
             for node in tree.body:
@@ -105,23 +119,27 @@ class ReachMap:
         """The test (with its decorators) and every module-level definition it reaches by name.
 
         Fixtures count too: a test's argument names the fixture function of the same name.
+        Found once per test.
         """
+        if id(test) in self._reached:
+            return self._reached[id(test)]
         seen, queue, nodes = {test.name}, [test], []
         while queue:
             node = queue.pop()
             nodes.append(node)
-            names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+            names = {n.id for n in walked(node) if isinstance(n, ast.Name)}
             if isinstance(node, ast.FunctionDef):
                 names |= {a.arg for a in node.args.args}
             for name in names - seen:
                 seen.add(name)
                 queue += self.definitions.get(name, [])
+        self._reached[id(test)] = nodes
         return nodes
 
     @staticmethod
     def names_function(nodes, function: str) -> bool:
         for node in nodes:
-            for n in ast.walk(node):
+            for n in walked(node):
                 if (isinstance(n, ast.Attribute) and n.attr == function
                         and isinstance(n.value, ast.Name) and n.value.id == "ex"):
                     return True
@@ -132,7 +150,7 @@ class ReachMap:
     @staticmethod
     def expects_error(nodes, error: str) -> bool:
         for node in nodes:
-            for n in ast.walk(node):
+            for n in walked(node):
                 if not (isinstance(n, ast.Call) and n.args):
                     continue
                 callee = n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
@@ -182,7 +200,7 @@ def promised_prose(docstring: str) -> list[str]:
 
 def shows_evidence(nodes, evidence: set[str]) -> bool:
     for node in nodes:
-        for n in ast.walk(node):
+        for n in walked(node):
             if isinstance(n, ast.Name) and n.id in evidence:
                 return True
             if isinstance(n, ast.Attribute) and n.attr in evidence:
