@@ -65,11 +65,14 @@ def get_hidden_states(model, tokens):
         outputs = model(input_ids=input_ids, output_hidden_states=True)
     return torch.stack(outputs.hidden_states[1:])[:, 0].float().cpu()  # no embedding layer
 '''
+#: Endless without spinning: the deadline (the trusted side's clock) stops it as it stops a busy
+#: loop (test_realistic_class's loops-forever), and the three runs of it here (the batch and the
+#: two Gradescope steps) do not burn a core for their CALL_SECONDS each.
 ENDLESS = '''
 
 def laminar_profile(hidden_states, skip_first=True):
     while True:
-        pass
+        __import__("time").sleep(0.5)
 '''
 
 
