@@ -17,7 +17,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from grading.box.runner import SECRET_SEED_VARIABLE, child_environment
+from grading.box.runner import child_environment
 from grading.core.declarations import load_exercises
 from grading.core.records import ExerciseResult, TestRecord
 from grading.core.results import exercise_status
@@ -114,15 +114,31 @@ def _plant(tmp_path: Path, name: str, text: str) -> Path:
     return path
 
 
-def _run(plant: Path, seed: int, tmp_path: Path, record: Path | None = None,
+#: One process, one pytest session per seed (``sys.argv[1]``: the seeds; the rest: the session's
+#: arguments, ``{seed}`` in them replaced). The secret checks read the seed when they draw, so
+#: each session draws its seed's inputs; each session plants a module of its own, whose table
+#: is added to the file at exit.
+SESSIONS = """
+import os, sys, pytest
+from grading.box.runner import SECRET_SEED_VARIABLE
+for seed in sys.argv[1].split(","):
+    os.environ[SECRET_SEED_VARIABLE] = seed
+    pytest.main([a.replace("{seed}", seed) for a in sys.argv[2:]])
+"""
+
+
+def _run(plant: Path, seeds: int | tuple[int, ...], tmp_path: Path, record: Path | None = None,
          table: Path | None = None) -> None:
+    """The exercise's tests with ``plant`` planted, one session per seed of ``seeds``, in one
+    process (the imports and the models' loading are paid once)."""
+    seeds = (seeds,) if isinstance(seeds, int) else seeds
     env = child_environment(ROOT)
-    env[SECRET_SEED_VARIABLE] = str(seed)
     if table is not None:
         env["KATA_TABLE"] = str(table)
-    command = [sys.executable, "-m", "pytest", EXERCISE.folder, "--impl", "solutions", "-q",
+    command = [sys.executable, "-c", SESSIONS, ",".join(map(str, seeds)), EXERCISE.folder,
+               "--impl", "solutions", "-q",
                "-p", "no:cacheprovider", "-p", "no:logging", f"--kata-patch={EXERCISE.id}={plant}",
-               f"--basetemp={tmp_path / f'run-{seed}'}"]
+               f"--basetemp={tmp_path / 'run-{seed}'}"]
     if record is not None:
         command += ["-p", "grading.core.recorder", f"--kata-record={record}"]
     subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
@@ -132,8 +148,8 @@ def test_a_table_of_every_public_and_secret_answer_earns_nothing(tmp_path):
     table = tmp_path / "table.pickle"
     wraps = "".join(f"\n{name} = _recording({name!r}, {name})" for name in EXERCISE.functions)
     recorder = _plant(tmp_path, "recorder.py", RECORDER + wraps + "\n")
-    for seed in TABLE_SEEDS:  # the public tests' inputs, and the secret checks' of two seeds
-        _run(recorder, seed, tmp_path, table=table)
+    # the public tests' inputs, and the secret checks' of two seeds
+    _run(recorder, TABLE_SEEDS, tmp_path, table=table)
     answers = pickle.loads(table.read_bytes())
     assert len(answers) > 20, f"the table holds {len(answers)} answers: it was not made"
 
