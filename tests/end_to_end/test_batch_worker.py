@@ -78,6 +78,24 @@ def test_reference_values_are_computed_once_per_batch(monkeypatch, tmp_path):
     assert second["row"].untyped_storage().nbytes() == 4 * 4
 
 
+def test_a_process_whose_learner_changed_its_inputs_shares_no_reference(monkeypatch, tmp_path):
+    """computed_once's guard on its own: once the learner's code has written into a tensor a test
+    gave it, what the process computes may hold what it wrote, so it is kept, never shared."""
+    from course.shared import support
+    from grading.box import remote
+
+    monkeypatch.setenv(REFERENCE_CACHE_VARIABLE, str(tmp_path))
+    monkeypatch.setattr(support, "_REFERENCE_VALUES", {})
+    key = ("test-spoiled-process", "tiny")
+    monkeypatch.setattr(remote, "inputs_changed", lambda: True)
+    assert support.computed_once(key, lambda: torch.ones(2)).sum() == 2
+    assert not path_of(tmp_path, key).exists(), "a spoiled process shared a reference"
+    assert key not in support._REFERENCE_VALUES, "a spoiled process kept a reference for later"
+    monkeypatch.setattr(remote, "inputs_changed", lambda: False)
+    support.computed_once(key, lambda: torch.ones(2))
+    assert path_of(tmp_path, key).exists(), "a clean process shares what it computes"
+
+
 def test_what_is_not_plain_data_is_computed_in_each_process(monkeypatch, tmp_path):
     monkeypatch.setenv(REFERENCE_CACHE_VARIABLE, str(tmp_path))
     calls = []
